@@ -1,0 +1,705 @@
+/*
+ * ringcc-perf — allreduce bandwidth and correctness, in the style of nccl-tests' all_reduce_perf.
+ *
+ *   ringcc-run -n 4 ringcc-perf -b 8 -e 128M -f 2
+ *
+ * Uses only the public API, so it measures what an application sees. Each row is one
+ * (dtype, op, size): an untimed checked allreduce, WARMUP untimed ones, then ITERS timed one by
+ * one. The time reported is the median over the iterations of the slowest rank's time for that
+ * iteration: every rank times each iteration with CLOCK_MONOTONIC, and the per-iteration times
+ * are combined with an RCC_MAX allreduce. A median resists the odd descheduled iteration that
+ * would skew a mean on a loaded host.
+ *
+ * Checking: the inputs are small integers chosen per dtype, op and rank count so that the exact
+ * result is representable in every dtype (fp16 and bf16 included) whatever order the library
+ * reduces in; results are compared bit for bit against values computed here. The pattern has a
+ * prime period (PERF_PERIOD elements), so a chunk written to the wrong offset shows.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ringcc.h"
+
+#define PERF_NAME "ringcc-perf"
+#define PERF_PERIOD 509      /* prime: see above */
+#define PERF_CANARY_BYTES 64 /* after the last element: must survive the allreduce */
+#define PERF_MAX_ITERS 1000000
+#define PERF_EXIT_USAGE 2
+
+struct perf_opts {
+    size_t minbytes, maxbytes;
+    size_t factor;
+    int iters, warmup, check, inplace;
+    rcc_datatype_t dtypes[RCC_NUM_DATATYPES];
+    int ndtypes;
+    rcc_redop_t ops[RCC_NUM_OPS];
+    int nops;
+};
+
+static rcc_comm_t perf_comm;
+static int perf_rank, perf_nranks;
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors and arguments
+ * ------------------------------------------------------------------------------------------- */
+
+/* Before the communicator exists the rank is only known from the environment: let one rank
+ * speak for all of them (they all parse the same arguments). */
+static int perf_env_rank0(void)
+{
+    const char *r = getenv("RCC_RANK");
+    return !r || strcmp(r, "0") == 0;
+}
+
+__attribute__((format(printf, 1, 2), noreturn)) static void perf_usage_error(const char *fmt,
+                                                                             ...)
+{
+    if (perf_env_rank0()) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "%s: ", PERF_NAME);
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\nTry '%s -h' for more information.\n", PERF_NAME);
+        va_end(ap);
+    }
+    exit(PERF_EXIT_USAGE);
+}
+
+__attribute__((noreturn)) static void perf_fail(const char *what, rcc_result_t rc)
+{
+    fflush(stdout); /* the rows so far first */
+    fprintf(stderr, "%s: %s failed: %s: %s\n", PERF_NAME, what, rcc_strerror(rc),
+            rcc_last_error(perf_comm));
+    exit(1);
+}
+
+static void perf_allreduce(const void *send, void *recv, size_t count, rcc_datatype_t dt,
+                           rcc_redop_t op)
+{
+    rcc_result_t rc = rcc_allreduce(send, recv, count, dt, op, perf_comm);
+    if (rc != RCC_SUCCESS)
+        perf_fail("allreduce", rc);
+}
+
+static void perf_help(void)
+{
+    if (!perf_env_rank0())
+        return;
+    printf("Usage: %s [options]   (one process per rank, e.g. under ringcc-run -n N)\n"
+           "Measure allreduce time and bandwidth over a range of sizes, and check results.\n"
+           "\n"
+           "  -b, --minbytes SIZE     smallest size (default 32M)\n"
+           "  -e, --maxbytes SIZE     largest size (default 32M)\n"
+           "  -f, --stepfactor N      multiply the size by N (an integer >= 2) each step "
+           "(default 2)\n"
+           "  -n, --iters N           timed iterations per row (default 20)\n"
+           "  -w, --warmup_iters N    untimed iterations before them (default 5)\n"
+           "  -c, --check 0|1         check results exactly (default 1)\n"
+           "  -d, --datatype T        data type, a comma-separated list, or 'all' (default "
+           "float32):\n"
+           "                          int8 uint8 int32 uint32 int64 uint64 float16 float32\n"
+           "                          float64 bfloat16 (also half float double bf16 fp16...)\n"
+           "  -o, --op OP             sum prod max min avg, a comma-separated list, or 'all'\n"
+           "                          (default sum)\n"
+           "  -i, --inplace 0|1       1: sendbuf == recvbuf, timed and checked that way "
+           "(default 0)\n"
+           "  -h, --help              show this help\n"
+           "SIZE is bytes, with an optional K, M, G or T suffix (powers of 1024). A size is\n"
+           "rounded down to whole elements; a size below one element runs as a count-0 row.\n"
+           "\n"
+           "Columns: size (bytes), count (elements), type, redop; time(us) = median over the\n"
+           "iterations of the slowest rank's time for each iteration; algbw = size/time;\n"
+           "busbw = algbw * 2(n-1)/n (the traffic of a ring allreduce, comparable across n);\n"
+           "#wrong = elements, over all ranks, that differ from the exact expected value\n"
+           "(including a written send buffer out of place, or bytes written past the end).\n"
+           "Exit status: 0 if nothing was wrong, 1 if something was or an error occurred,\n"
+           "2 for bad arguments.\n",
+           PERF_NAME);
+}
+
+static size_t perf_parse_size(const char *opt, const char *s)
+{
+    char *end;
+    errno = 0;
+    if (!isdigit((unsigned char)*s))
+        perf_usage_error("%s: expected a size like 8, 64K or 32M, not '%s'", opt, s);
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K':
+        shift = 10;
+        break;
+    case 'M':
+        shift = 20;
+        break;
+    case 'G':
+        shift = 30;
+        break;
+    case 'T':
+        shift = 40;
+        break;
+    default:
+        break;
+    }
+    if (shift)
+        end++;
+    if (shift && (strcasecmp(end, "iB") == 0 || strcasecmp(end, "B") == 0))
+        end += strlen(end);
+    if (errno || *end || (shift && v > (SIZE_MAX >> shift)))
+        perf_usage_error("%s: expected a size like 8, 64K or 32M, not '%s'", opt, s);
+    return (size_t)(v << shift);
+}
+
+static int perf_parse_int(const char *opt, const char *s, int lo, int hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        perf_usage_error("%s: expected an integer from %d to %d, not '%s'", opt, lo, hi, s);
+    return (int)v;
+}
+
+static int perf_dtype_by_name(const char *name)
+{
+    static const struct {
+        const char *alias;
+        rcc_datatype_t dt;
+    } aliases[] = {
+        {"char", RCC_INT8},     {"int", RCC_INT32},      {"half", RCC_FLOAT16},
+        {"fp16", RCC_FLOAT16},  {"float", RCC_FLOAT32},  {"fp32", RCC_FLOAT32},
+        {"double", RCC_FLOAT64}, {"fp64", RCC_FLOAT64},  {"bf16", RCC_BFLOAT16},
+    };
+    for (int d = 0; d < RCC_NUM_DATATYPES; d++)
+        if (strcasecmp(name, rcc_datatype_name((rcc_datatype_t)d)) == 0)
+            return d;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcasecmp(name, aliases[i].alias) == 0)
+            return (int)aliases[i].dt;
+    return -1;
+}
+
+static int perf_op_by_name(const char *name)
+{
+    for (int o = 0; o < RCC_NUM_OPS; o++)
+        if (strcasecmp(name, rcc_redop_name((rcc_redop_t)o)) == 0)
+            return o;
+    return -1;
+}
+
+/* "all", or a comma-separated list of names; returns how many went into out[]. */
+static int perf_parse_list(const char *opt, const char *arg, int (*lookup)(const char *),
+                           int nall, int *out)
+{
+    if (strcasecmp(arg, "all") == 0) {
+        for (int i = 0; i < nall; i++)
+            out[i] = i;
+        return nall;
+    }
+    char *copy = strdup(arg);
+    if (!copy)
+        perf_usage_error("out of memory");
+    int n = 0;
+    for (char *save, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int v = lookup(tok);
+        if (v < 0)
+            perf_usage_error("%s: unknown name '%s'", opt, tok);
+        int dup = 0;
+        for (int i = 0; i < n; i++)
+            dup |= out[i] == v;
+        if (!dup && n < nall)
+            out[n++] = v;
+    }
+    free(copy);
+    if (n == 0)
+        perf_usage_error("%s: empty list", opt);
+    return n;
+}
+
+static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
+{
+    static const struct option longopts[] = {
+        {"minbytes", required_argument, NULL, 'b'},
+        {"maxbytes", required_argument, NULL, 'e'},
+        {"stepfactor", required_argument, NULL, 'f'},
+        {"iters", required_argument, NULL, 'n'},
+        {"warmup_iters", required_argument, NULL, 'w'},
+        {"check", required_argument, NULL, 'c'},
+        {"datatype", required_argument, NULL, 'd'},
+        {"op", required_argument, NULL, 'o'},
+        {"inplace", required_argument, NULL, 'i'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    *o = (struct perf_opts){
+        .minbytes = 32u << 20, .maxbytes = 32u << 20, .factor = 2, .iters = 20, .warmup = 5,
+        .check = 1, .ndtypes = 1, .nops = 1,
+    };
+    o->dtypes[0] = RCC_FLOAT32;
+    o->ops[0] = RCC_SUM;
+    int list[(int)RCC_NUM_DATATYPES > (int)RCC_NUM_OPS ? (int)RCC_NUM_DATATYPES
+                                                      : (int)RCC_NUM_OPS];
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:i:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'b':
+            o->minbytes = perf_parse_size("-b", optarg);
+            break;
+        case 'e':
+            o->maxbytes = perf_parse_size("-e", optarg);
+            break;
+        case 'f':
+            o->factor = (size_t)perf_parse_int("-f", optarg, 2, 1 << 20);
+            break;
+        case 'n':
+            o->iters = perf_parse_int("-n", optarg, 1, PERF_MAX_ITERS);
+            break;
+        case 'w':
+            o->warmup = perf_parse_int("-w", optarg, 0, PERF_MAX_ITERS);
+            break;
+        case 'c':
+            o->check = perf_parse_int("-c", optarg, 0, 1);
+            break;
+        case 'i':
+            o->inplace = perf_parse_int("-i", optarg, 0, 1);
+            break;
+        case 'd':
+            o->ndtypes = perf_parse_list("-d", optarg, perf_dtype_by_name, RCC_NUM_DATATYPES,
+                                         list);
+            for (int k = 0; k < o->ndtypes; k++)
+                o->dtypes[k] = (rcc_datatype_t)list[k];
+            break;
+        case 'o':
+            o->nops = perf_parse_list("-o", optarg, perf_op_by_name, RCC_NUM_OPS, list);
+            for (int k = 0; k < o->nops; k++)
+                o->ops[k] = (rcc_redop_t)list[k];
+            break;
+        case 'h':
+            perf_help();
+            exit(0);
+        case ':':
+            perf_usage_error("option '%s' needs a value", argv[optind - 1]);
+        default:
+            if (optopt)
+                perf_usage_error("unknown option '-%c'", optopt);
+            perf_usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        perf_usage_error("unexpected argument '%s'", argv[optind]);
+    if (o->minbytes > o->maxbytes)
+        perf_usage_error("-b (%zu bytes) is larger than -e (%zu bytes)", o->minbytes,
+                         o->maxbytes);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Exact test values
+ * ------------------------------------------------------------------------------------------- */
+
+static int perf_is_float(rcc_datatype_t dt)
+{
+    return dt == RCC_FLOAT16 || dt == RCC_FLOAT32 || dt == RCC_FLOAT64 || dt == RCC_BFLOAT16;
+}
+
+static int perf_is_unsigned(rcc_datatype_t dt)
+{
+    return dt == RCC_UINT8 || dt == RCC_UINT32 || dt == RCC_UINT64;
+}
+
+/* Largest L such that every integer in [-L, L] (or [0, L] unsigned) is exact and in range;
+ * capped where larger buys nothing. */
+static int64_t perf_exact_limit(rcc_datatype_t dt)
+{
+    switch (dt) {
+    case RCC_INT8:
+        return 127;
+    case RCC_UINT8:
+        return 255;
+    case RCC_FLOAT16:
+        return 2048; /* 11-bit significand */
+    case RCC_BFLOAT16:
+        return 256; /* 8-bit significand */
+    case RCC_FLOAT32:
+        return 1 << 24;
+    default:
+        return INT32_MAX;
+    }
+}
+
+/* SUM and integer AVG: every partial sum, in any order, stays within the exact range: at most
+ * 5 per rank, fewer when there are many ranks, and when even 1 per rank is too much only the
+ * first L ranks contribute (0 or 1). */
+static int64_t perf_sum_value(rcc_datatype_t dt, int nranks, int r, int j)
+{
+    int64_t lim = perf_exact_limit(dt);
+    int64_t per = lim / nranks;
+    if (per >= 1)
+        return 1 + (7 * j + 3 * r) % (per < 5 ? per : 5);
+    return r < lim ? (j + r) % 2 : 0;
+}
+
+/* Value rank r contributes at element j of the period. */
+static int64_t perf_value(rcc_datatype_t dt, rcc_redop_t op, int nranks, int r, int j)
+{
+    int bits = (int)rcc_datatype_size(dt) * 8;
+    switch (op) {
+    case RCC_SUM:
+        return perf_sum_value(dt, nranks, r, j);
+    case RCC_AVG: {
+        if (!perf_is_float(dt))
+            return perf_sum_value(dt, nranks, r, j); /* expected: truncated sum / n */
+        /* Floats: b + d(r) with the d(r) = +1,-1,+1,-1,... (0 for an odd last rank) summing to
+         * 0, so the sum is n*b and the average exactly b, whatever the rounding of sum/n. */
+        int64_t bmax = perf_exact_limit(dt) / nranks - 1;
+        int64_t b = bmax >= 1 ? 1 + (7 * j) % (bmax < 5 ? bmax : 5) : 0;
+        int64_t d = r < nranks - nranks % 2 ? (r % 2 ? -1 : 1) : 0;
+        return b + d;
+    }
+    case RCC_MAX:
+    case RCC_MIN: {
+        /* Spread over the type's range, so a signed/unsigned mix-up or a compare on the low
+         * bits only shows: unsigned values reach the top bit, signed ones are of both signs. */
+        int64_t base = (7 * j + 13 * r) % 61;
+        if (perf_is_float(dt))
+            return base - 30;
+        if (perf_is_unsigned(dt))
+            return (int64_t)((uint64_t)base << (bits - 6));
+        return (base - 30) * (int64_t)((uint64_t)1 << (bits - 8));
+    }
+    case RCC_PROD: {
+        /* Factors of 1 and 2 with at most six 2s (|product| <= 64 fits int8), and some -1s
+         * for signed types. */
+        int64_t mag = (r < 6 && (j + r) % 3 == 0) ? 2 : 1;
+        int neg = !perf_is_unsigned(dt) && r < 16 && (j + 2 * r) % 7 == 0;
+        return neg ? -mag : mag;
+    }
+    default:
+        return 0;
+    }
+}
+
+static int64_t perf_expected(rcc_datatype_t dt, rcc_redop_t op, int nranks, int j)
+{
+    int64_t acc = perf_value(dt, op, nranks, 0, j);
+    for (int r = 1; r < nranks; r++) {
+        int64_t v = perf_value(dt, op, nranks, r, j);
+        switch (op) {
+        case RCC_SUM:
+        case RCC_AVG:
+            acc += v;
+            break;
+        case RCC_PROD:
+            acc *= v;
+            break;
+        case RCC_MAX:
+            if (perf_is_unsigned(dt) ? (uint64_t)v > (uint64_t)acc : v > acc)
+                acc = v;
+            break;
+        case RCC_MIN:
+            if (perf_is_unsigned(dt) ? (uint64_t)v < (uint64_t)acc : v < acc)
+                acc = v;
+            break;
+        default:
+            break;
+        }
+    }
+    if (op == RCC_AVG)
+        acc /= nranks; /* exact for floats by construction; C truncation for integers */
+    return acc;
+}
+
+/* IEEE binary16 / bfloat16 bits of an integer that is exactly representable (the patterns
+ * above guarantee it; anything else is a bug here, not in the library). */
+static uint16_t perf_small_float(int64_t v, int mant_bits, int bias)
+{
+    if (v == 0)
+        return 0;
+    uint16_t sign = (uint16_t)(v < 0 ? 0x8000 : 0);
+    uint64_t a = v < 0 ? (uint64_t)-v : (uint64_t)v;
+    int e = 63 - __builtin_clzll(a);
+    uint64_t mant;
+    if (e <= mant_bits) {
+        mant = (a << (mant_bits - e)) & ((1u << mant_bits) - 1);
+    } else {
+        if (a & ((UINT64_C(1) << (e - mant_bits)) - 1)) {
+            fprintf(stderr, "%s: internal error: %" PRId64 " is not exact\n", PERF_NAME, v);
+            abort();
+        }
+        mant = (a >> (e - mant_bits)) & ((1u << mant_bits) - 1);
+    }
+    return (uint16_t)(sign | (uint16_t)((e + bias) << mant_bits) | (uint16_t)mant);
+}
+
+static void perf_store(rcc_datatype_t dt, void *dst, int64_t v)
+{
+    switch (dt) {
+    case RCC_INT8:
+    case RCC_UINT8: {
+        uint8_t x = (uint8_t)(uint64_t)v;
+        memcpy(dst, &x, 1);
+        break;
+    }
+    case RCC_INT32:
+    case RCC_UINT32: {
+        uint32_t x = (uint32_t)(uint64_t)v;
+        memcpy(dst, &x, 4);
+        break;
+    }
+    case RCC_INT64:
+    case RCC_UINT64: {
+        uint64_t x = (uint64_t)v;
+        memcpy(dst, &x, 8);
+        break;
+    }
+    case RCC_FLOAT16: {
+        uint16_t x = perf_small_float(v, 10, 15);
+        memcpy(dst, &x, 2);
+        break;
+    }
+    case RCC_BFLOAT16: {
+        uint16_t x = perf_small_float(v, 7, 127);
+        memcpy(dst, &x, 2);
+        break;
+    }
+    case RCC_FLOAT32: {
+        float x = (float)v;
+        memcpy(dst, &x, 4);
+        break;
+    }
+    case RCC_FLOAT64: {
+        double x = (double)v;
+        memcpy(dst, &x, 8);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* dst[0..count) = the period repeated. */
+static void perf_tile(char *dst, const char *period, size_t esz, size_t count)
+{
+    for (size_t i = 0; i < count; i += PERF_PERIOD) {
+        size_t n = count - i < PERF_PERIOD ? count - i : PERF_PERIOD;
+        memcpy(dst + i * esz, period, n * esz);
+    }
+}
+
+/* Elements of buf[0..count) that differ, bit for bit, from the period repeated. */
+static uint64_t perf_count_wrong(const char *buf, const char *period, size_t esz, size_t count)
+{
+    uint64_t wrong = 0;
+    for (size_t i = 0; i < count; i += PERF_PERIOD) {
+        size_t n = count - i < PERF_PERIOD ? count - i : PERF_PERIOD;
+        const char *b = buf + i * esz;
+        if (memcmp(b, period, n * esz) == 0)
+            continue;
+        for (size_t k = 0; k < n; k++)
+            wrong += memcmp(b + k * esz, period + k * esz, esz) != 0;
+    }
+    return wrong;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The benchmark
+ * ------------------------------------------------------------------------------------------- */
+
+struct perf_bufs {
+    char *send, *recv;        /* maxbytes + canary, page aligned */
+    char *in_period;          /* this rank's input, one period */
+    char *exp_period;         /* the expected result, one period */
+    double *times, *maxtimes; /* per iteration: this rank's, the slowest rank's */
+};
+
+static void *perf_alloc(size_t bytes)
+{
+    void *p = NULL;
+    bytes = (bytes + 4095) & ~(size_t)4095;
+    if (bytes == 0 || posix_memalign(&p, 4096, bytes) != 0) {
+        fprintf(stderr, "%s: cannot allocate %zu bytes\n", PERF_NAME, bytes);
+        exit(1);
+    }
+    memset(p, 0, bytes); /* touch every page now, not in the timed loop */
+    return p;
+}
+
+static double perf_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int perf_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double perf_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, perf_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The checked allreduce: returns the elements this rank finds wrong. */
+static uint64_t perf_check(struct perf_bufs *b, const struct perf_opts *o, size_t count,
+                           rcc_datatype_t dt, rcc_redop_t op)
+{
+    size_t esz = rcc_datatype_size(dt);
+    char *out = o->inplace ? b->send : b->recv;
+    perf_tile(b->send, b->in_period, esz, count);
+    if (!o->inplace)
+        memset(b->recv, 0xa5, count * esz); /* an element the library skips must not pass */
+    memset(out + count * esz, 0x5a, PERF_CANARY_BYTES);
+    perf_allreduce(b->send, out, count, dt, op);
+    uint64_t wrong = perf_count_wrong(out, b->exp_period, esz, count);
+    if (!o->inplace) /* the send buffer is the caller's: never written out of place */
+        wrong += perf_count_wrong(b->send, b->in_period, esz, count);
+    size_t bad_canary = 0;
+    for (size_t k = 0; k < PERF_CANARY_BYTES; k++)
+        bad_canary += (unsigned char)out[count * esz + k] != 0x5a;
+    return wrong + (bad_canary + esz - 1) / esz;
+}
+
+static void perf_header(const struct perf_opts *o)
+{
+    int version = 0;
+    rcc_get_version(&version);
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    printf("# %s: allreduce, %d ranks, ringcc library %d.%d.%d\n", PERF_NAME, perf_nranks,
+           version / 10000, version / 100 % 100, version % 100);
+    printf("# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d "
+           "validation: %d mode: %s\n",
+           o->minbytes, o->maxbytes, o->factor, o->warmup, o->iters, o->check,
+           o->inplace ? "in-place" : "out-of-place");
+    printf("# time: median over the iters of each iteration's slowest rank (RCC_MAX of the\n"
+           "#   per-rank CLOCK_MONOTONIC times); algbw = size/time; busbw = algbw*2(n-1)/n;\n"
+           "#   #wrong: elements differing from the exact result, all ranks, checked untimed\n");
+    printf("# rank 0: pid %d on %s\n#\n", (int)getpid(), host);
+    printf("# %10s  %12s  %8s  %6s  %10s  %11s  %11s  %8s\n", "size", "count", "type", "redop",
+           "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    struct perf_opts o;
+    perf_parse_args(argc, argv, &o);
+
+    rcc_result_t rc = rcc_comm_init_env(&perf_comm, NULL);
+    if (rc != RCC_SUCCESS) {
+        fprintf(stderr, "%s: rcc_comm_init_env failed: %s: %s\n", PERF_NAME, rcc_strerror(rc),
+                rcc_last_error(NULL));
+        return 1;
+    }
+    if ((rc = rcc_comm_rank(perf_comm, &perf_rank)) != RCC_SUCCESS)
+        perf_fail("rcc_comm_rank", rc);
+    if ((rc = rcc_comm_size(perf_comm, &perf_nranks)) != RCC_SUCCESS)
+        perf_fail("rcc_comm_size", rc);
+
+    struct perf_bufs b;
+    b.send = perf_alloc(o.maxbytes + PERF_CANARY_BYTES);
+    b.recv = perf_alloc(o.maxbytes + PERF_CANARY_BYTES);
+    b.in_period = perf_alloc(PERF_PERIOD * sizeof(uint64_t));
+    b.exp_period = perf_alloc(PERF_PERIOD * sizeof(uint64_t));
+    b.times = perf_alloc((size_t)o.iters * sizeof(double));
+    b.maxtimes = perf_alloc((size_t)o.iters * sizeof(double));
+
+    if (perf_rank == 0)
+        perf_header(&o);
+
+    uint64_t total_wrong = 0;
+    double bw_sum = 0;
+    int bw_rows = 0;
+    for (int di = 0; di < o.ndtypes; di++) {
+        rcc_datatype_t dt = o.dtypes[di];
+        size_t esz = rcc_datatype_size(dt);
+        for (int oi = 0; oi < o.nops; oi++) {
+            rcc_redop_t op = o.ops[oi];
+            for (int j = 0; j < PERF_PERIOD; j++) {
+                perf_store(dt, b.in_period + (size_t)j * esz,
+                           perf_value(dt, op, perf_nranks, perf_rank, j));
+                perf_store(dt, b.exp_period + (size_t)j * esz,
+                           perf_expected(dt, op, perf_nranks, j));
+            }
+            for (size_t size = o.minbytes; size <= o.maxbytes;) {
+                size_t count = size / esz;
+                uint64_t wrong = 0;
+                if (o.check) {
+                    uint64_t mine = perf_check(&b, &o, count, dt, op);
+                    perf_allreduce(&mine, &wrong, 1, RCC_UINT64, RCC_SUM);
+                    total_wrong += wrong;
+                } else {
+                    perf_tile(b.send, b.in_period, esz, count); /* realistic data all the same */
+                }
+                void *out = o.inplace ? b.send : b.recv;
+                for (int k = 0; k < o.warmup; k++)
+                    perf_allreduce(b.send, out, count, dt, op);
+                for (int k = 0; k < o.iters; k++) {
+                    double t0 = perf_now();
+                    perf_allreduce(b.send, out, count, dt, op);
+                    b.times[k] = perf_now() - t0;
+                }
+                perf_allreduce(b.times, b.maxtimes, (size_t)o.iters, RCC_FLOAT64, RCC_MAX);
+
+                if (perf_rank == 0) {
+                    double t = perf_median(b.maxtimes, o.iters);
+                    double bytes = (double)(count * esz);
+                    double algbw = t > 0 ? bytes / t / 1e9 : 0;
+                    double busbw = algbw * 2.0 * (perf_nranks - 1) / perf_nranks;
+                    char wbuf[32];
+                    if (o.check)
+                        snprintf(wbuf, sizeof wbuf, "%" PRIu64, wrong);
+                    else
+                        snprintf(wbuf, sizeof wbuf, "N/A");
+                    printf("  %10zu  %12zu  %8s  %6s  %10.2f  %11.3f  %11.3f  %8s\n",
+                           count * esz, count, rcc_datatype_name(dt), rcc_redop_name(op),
+                           t * 1e6, algbw, busbw, wbuf);
+                    fflush(stdout);
+                    if (count > 0) { /* no-op rows would drag the average to 0 */
+                        bw_sum += busbw;
+                        bw_rows++;
+                    }
+                }
+                if (size == 0)
+                    size = 1;
+                else if (size > o.maxbytes / o.factor)
+                    break;
+                else
+                    size *= o.factor;
+            }
+        }
+    }
+
+    if (perf_rank == 0) {
+        printf("# Out of bounds values : %" PRIu64 " %s\n", total_wrong,
+               total_wrong ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %g\n#\n", bw_rows ? bw_sum / bw_rows : 0.0);
+        fflush(stdout);
+    }
+    rc = rcc_comm_destroy(perf_comm);
+    perf_comm = NULL;
+    if (rc != RCC_SUCCESS) {
+        fprintf(stderr, "%s: rcc_comm_destroy failed: %s: %s\n", PERF_NAME, rcc_strerror(rc),
+                rcc_last_error(NULL));
+        return 1;
+    }
+    return total_wrong ? 1 : 0;
+}

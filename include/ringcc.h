@@ -1,0 +1,220 @@
+/*
+ * ringcc — a collective communication library.
+ *
+ * Public C API. Every function returns an rcc_result_t; RCC_SUCCESS is 0.
+ * Enum values of results, data types and reduction operators are the same
+ * numbers as NCCL's, so an NCCL shim maps them by identity.
+ *
+ * Conventions that hold for every function unless its comment says otherwise:
+ *  - Pointer arguments are borrowed for the duration of the call only.
+ *  - On failure nothing is allocated that the caller must free, output
+ *    parameters are left untouched, and rcc_last_error() names the problem.
+ *  - Every wait inside the library is bounded by the communicator's timeout
+ *    (RCC_TIMEOUT, or rcc_config_t.timeout_ms); nothing blocks forever.
+ */
+#ifndef RINGCC_H
+#define RINGCC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Symbols of the public API; everything else in libringcc.so is hidden. */
+#if defined(__GNUC__)
+#define RCC_API __attribute__((visibility("default")))
+#else
+#define RCC_API
+#endif
+
+#define RCC_VERSION_MAJOR 0
+#define RCC_VERSION_MINOR 1
+#define RCC_VERSION_PATCH 0
+/* MAJOR*10000 + MINOR*100 + PATCH, comparable with <, like NCCL_VERSION_CODE. */
+#define RCC_VERSION_CODE (RCC_VERSION_MAJOR * 10000 + RCC_VERSION_MINOR * 100 + RCC_VERSION_PATCH)
+
+/* Result codes. 0..7 are NCCL's ncclResult_t values; ringcc's own, finer
+ * codes start at 100 so that NCCL may grow without a collision. */
+#define RCC_RESULT_LIST(X)                                                                         \
+    X(RCC_SUCCESS, 0, "success")                                                                   \
+    X(RCC_ERR_CUDA, 1, "a CUDA call failed")                                                       \
+    X(RCC_ERR_SYSTEM, 2, "a system call failed")                                                   \
+    X(RCC_ERR_INTERNAL, 3, "internal error (a bug in ringcc)")                                     \
+    X(RCC_ERR_INVALID_ARGUMENT, 4, "invalid argument")                                             \
+    X(RCC_ERR_INVALID_USAGE, 5, "invalid usage")                                                   \
+    X(RCC_ERR_REMOTE, 6, "a remote peer reported an error or broke the protocol")                  \
+    X(RCC_IN_PROGRESS, 7, "operation in progress")                                                 \
+    X(RCC_ERR_TIMEOUT, 100, "timed out")                                                           \
+    X(RCC_ERR_PEER_LOST, 101, "a peer closed its connection or died")                              \
+    X(RCC_ERR_MISMATCH, 102, "ranks called different collectives")                                \
+    X(RCC_ERR_UNSUPPORTED, 103, "not supported by this build or transport")                        \
+    X(RCC_ERR_ABORTED, 104, "the communicator was aborted")                                        \
+    X(RCC_ERR_NO_MEMORY, 105, "out of memory")
+
+typedef enum {
+#define RCC_RESULT_ENUM_(name, value, text) name = value,
+    RCC_RESULT_LIST(RCC_RESULT_ENUM_)
+#undef RCC_RESULT_ENUM_
+} rcc_result_t;
+
+/* Element types (NCCL's ncclDataType_t values). */
+typedef enum {
+    RCC_INT8 = 0,
+    RCC_UINT8 = 1,
+    RCC_INT32 = 2,
+    RCC_UINT32 = 3,
+    RCC_INT64 = 4,
+    RCC_UINT64 = 5,
+    RCC_FLOAT16 = 6, /* IEEE 754 binary16; reduced in float32, rounded once per step */
+    RCC_FLOAT32 = 7,
+    RCC_FLOAT64 = 8,
+    RCC_BFLOAT16 = 9, /* reduced in float32, rounded once per step */
+    RCC_NUM_DATATYPES = 10
+} rcc_datatype_t;
+
+/* Reduction operators (NCCL's ncclRedOp_t values).
+ * Integer SUM and PROD wrap modulo 2^bits. MAX and MIN propagate NaN.
+ * AVG is SUM divided by the number of ranks once, at the end (integer
+ * types: C division, truncating toward zero). */
+typedef enum {
+    RCC_SUM = 0,
+    RCC_PROD = 1,
+    RCC_MAX = 2,
+    RCC_MIN = 3,
+    RCC_AVG = 4,
+    RCC_NUM_OPS = 5
+} rcc_redop_t;
+
+/* Size in bytes of one element of `dtype`, or 0 when `dtype` is not valid. */
+RCC_API size_t rcc_datatype_size(rcc_datatype_t dtype);
+/* Lower-case names ("float32", "sum"); "unknown" for an invalid value. */
+RCC_API const char *rcc_datatype_name(rcc_datatype_t dtype);
+RCC_API const char *rcc_redop_name(rcc_redop_t op);
+
+/* Version of the loaded library as RCC_VERSION_CODE. Never fails. */
+RCC_API rcc_result_t rcc_get_version(int *version);
+
+/* Static text for a result code ("timed out"). Never NULL; thread-safe. */
+RCC_API const char *rcc_strerror(rcc_result_t result);
+/* Symbolic name of a result code ("RCC_ERR_TIMEOUT"). Never NULL; thread-safe. */
+RCC_API const char *rcc_result_name(rcc_result_t result);
+
+/* ---------------------------------------------------------------------------
+ * Communicators
+ * ------------------------------------------------------------------------- */
+
+typedef struct rcc_comm *rcc_comm_t;
+
+/* Opaque rendezvous token, 128 bytes like ncclUniqueId. It carries the root's
+ * address and a random job secret: any connection that cannot present the
+ * secret is dropped. Copy it to every rank by any means (MPI_Bcast, a file). */
+#define RCC_UNIQUE_ID_BYTES 128
+typedef struct {
+    char internal[RCC_UNIQUE_ID_BYTES];
+} rcc_unique_id_t;
+
+/* Optional settings for a new communicator. Initialise with
+ * RCC_CONFIG_INITIALIZER and change only the fields you need: `size`,
+ * `magic` and `version` let later library versions grow the struct while
+ * accepting callers compiled against this one. */
+typedef struct {
+    size_t size;          /* sizeof(rcc_config_t) as compiled by the caller */
+    unsigned int magic;   /* RCC_CONFIG_MAGIC */
+    unsigned int version; /* RCC_VERSION_CODE of the header used */
+    int timeout_ms;       /* every wait's deadline; 0 = RCC_TIMEOUT */
+    int blocking;         /* reserved (nonblocking init); must be 1 */
+    int chunk_bytes;      /* pipeline chunk size; 0 = RCC_CHUNK_BYTES */
+} rcc_config_t;
+
+#define RCC_CONFIG_MAGIC 0x72636366u /* "rccf" */
+#define RCC_CONFIG_INITIALIZER                                                                     \
+    {sizeof(rcc_config_t), RCC_CONFIG_MAGIC, RCC_VERSION_CODE, 0, 1, 0}
+
+/* Creates a fresh unique id and starts, in this process, the rendezvous that
+ * the job's ranks meet at (a listening socket on the interface chosen by
+ * RCC_SOCKET_IFNAME, or the one that routes to the outside by default, and a
+ * thread that serves it until the job has met or the timeout expires).
+ * Call it once per communicator, in one process, usually rank 0's.
+ * Blocking: briefly (binds a socket). Thread-safe. Errors: RCC_ERR_SYSTEM
+ * (no usable interface, socket failure), RCC_ERR_INVALID_ARGUMENT (NULL). */
+RCC_API rcc_result_t rcc_get_unique_id(rcc_unique_id_t *id);
+
+/* Creates this rank's member of a communicator of `nranks` ranks that all
+ * pass the same `id`. Collective: blocks until every rank has joined and the
+ * ring connections are up, or until the timeout (RCC_ERR_TIMEOUT, naming
+ * the ranks that did not arrive). `config` may be NULL for defaults.
+ * Thread-safe with respect to other communicators. On success *comm is owned
+ * by the caller until rcc_comm_destroy/rcc_comm_abort.
+ * Errors: RCC_ERR_INVALID_ARGUMENT (rank outside [0, nranks), nranks < 1,
+ * malformed id or config), RCC_ERR_TIMEOUT, RCC_ERR_SYSTEM, RCC_ERR_REMOTE
+ * (another rank disagreed on nranks or reused a rank). */
+RCC_API rcc_result_t rcc_comm_init_rank(rcc_comm_t *comm, int nranks, rcc_unique_id_t id, int rank,
+                                const rcc_config_t *config);
+
+/* Like rcc_comm_init_rank, with rank, size and root taken from the
+ * environment, first match wins:
+ *   RCC_RANK, RCC_NRANKS, RCC_ROOT=host:port (set by ringcc-run);
+ *   RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun);
+ *   SLURM_PROCID, SLURM_NTASKS (with RCC_ROOT or MASTER_ADDR/PORT);
+ *   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (with RCC_ROOT or MASTER_*).
+ * Rank 0 serves the rendezvous on the root's port. The job secret comes from
+ * RCC_SECRET (hex, set by ringcc-run); without it a weaker secret is derived
+ * from the launcher's job id and the root address, and INFO logs say so.
+ * Errors: as rcc_comm_init_rank, plus RCC_ERR_INVALID_USAGE when the
+ * environment does not describe a job (the message names what is missing). */
+RCC_API rcc_result_t rcc_comm_init_env(rcc_comm_t *comm, const rcc_config_t *config);
+
+/* Waits (bounded by the timeout) for this rank's queued operations to finish,
+ * closes connections, stops the progress thread and frees the communicator.
+ * Not collective, but peers still running operations with this rank will see
+ * it leave. `comm` must not be used by any thread afterwards.
+ * NULL is accepted and ignored. Returns the first error of the drain, if any;
+ * the communicator is freed either way. */
+RCC_API rcc_result_t rcc_comm_destroy(rcc_comm_t comm);
+
+/* Like rcc_comm_destroy without waiting: pending operations fail with
+ * RCC_ERR_ABORTED. Safe to call while another thread is blocked in an
+ * operation on `comm`; that call then returns RCC_ERR_ABORTED before its
+ * memory is freed. */
+RCC_API rcc_result_t rcc_comm_abort(rcc_comm_t comm);
+
+/* This rank's index and the number of ranks. Never block; thread-safe. */
+RCC_API rcc_result_t rcc_comm_rank(const rcc_comm_t comm, int *rank);
+RCC_API rcc_result_t rcc_comm_size(const rcc_comm_t comm, int *size);
+
+/* The detail of the most recent failure: of `comm`'s operations when comm is
+ * not NULL, else of this thread's last failed call (init failures have no
+ * communicator yet). The string is owned by the library and stays valid until
+ * the next failing call on the same communicator/thread. Never NULL ("" when
+ * nothing failed). */
+RCC_API const char *rcc_last_error(rcc_comm_t comm);
+
+/* ---------------------------------------------------------------------------
+ * Collectives on host memory
+ *
+ * Blocking variants return when this rank's part is complete and the result
+ * is in recvbuf. Calls on one communicator must be issued in the same order
+ * on every rank; calls on different communicators are independent. A
+ * communicator may be used by several threads, but the caller must order the
+ * calls identically on every rank (as with NCCL).
+ *
+ * Room reserved for later versions: rcc_i<collective>() (nonblocking, with
+ * an rcc_request_t) and rcc_<collective>_stream() (CUDA stream ordered).
+ * ------------------------------------------------------------------------- */
+
+/* recvbuf[i] = op over all ranks of sendbuf[i], for i < count, identical bits
+ * on every rank. sendbuf == recvbuf is in-place; other overlap is invalid.
+ * count 0 is a no-op. Errors: RCC_ERR_INVALID_ARGUMENT (NULL buffer with
+ * count > 0, bad dtype/op, partial overlap), RCC_ERR_TIMEOUT,
+ * RCC_ERR_PEER_LOST, RCC_ERR_REMOTE, RCC_ERR_ABORTED. On error recvbuf holds
+ * unspecified values; sendbuf is never written (unless in-place). */
+RCC_API rcc_result_t rcc_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                           rcc_datatype_t dtype, rcc_redop_t op, rcc_comm_t comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RINGCC_H */

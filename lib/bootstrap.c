@@ -1,0 +1,350 @@
+/* Rendezvous at a root, then a ring of control sockets between the ranks. */
+#include "bootstrap.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "err.h"
+#include "log.h"
+
+#define ID_MAGIC 0x55434352u /* "RCCU" */
+#define ID_VERSION 1
+#define WIRE_ADDR_BYTES 20
+#define ROOT_REPLY_TEXT 256
+#define ROOT_REPLY_BYTES (8 + ROOT_REPLY_TEXT)
+#define ROOT_GRACE_NS (10ll * 1000000000) /* ranks wait this much beyond the root's deadline */
+#define REPLY_SEND_NS (5ll * 1000000000)
+#define MAX_RANKS (1 << 20)
+
+struct rcci_bootstrap {
+    int rank, nranks;
+    int64_t timeout_ns;
+    rcci_addr_t local;
+    char ifname[64];
+    rcci_acceptor_t *acceptor;
+    int next_fd, prev_fd;
+    rcci_addr_t *peers; /* every rank's bootstrap listen address */
+    uint8_t secret[RCCI_SOCK_SECRET_BYTES];
+    uint64_t comm_id;
+};
+
+/* ---- fixed-layout encodings ---------------------------------------------- */
+
+static void bs_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t bs_get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void bs_put_addr(uint8_t *p, const rcci_addr_t *addr)
+{
+    rcci_wire_addr_t w;
+    rcci_addr_to_wire(addr, &w);
+    p[0] = (uint8_t)w.family, p[1] = (uint8_t)(w.family >> 8);
+    memcpy(p + 2, &w.port, 2); /* already network order */
+    memcpy(p + 4, w.addr, 16);
+}
+
+static rcc_result_t bs_get_addr(const uint8_t *p, rcci_addr_t *addr)
+{
+    rcci_wire_addr_t w;
+    w.family = (uint16_t)(p[0] | p[1] << 8);
+    memcpy(&w.port, p + 2, 2);
+    memcpy(w.addr, p + 4, 16);
+    return rcci_addr_from_wire(&w, addr);
+}
+
+/* Unique id: magic 0, version 4, root 8..28, comm_id 28..36, secret 36..68. */
+void rcci_id_encode(const rcci_id_t *id, rcc_unique_id_t *out)
+{
+    uint8_t *p = (uint8_t *)out->internal;
+    memset(out, 0, sizeof *out);
+    bs_put32(p, ID_MAGIC);
+    bs_put32(p + 4, ID_VERSION);
+    bs_put_addr(p + 8, &id->root);
+    bs_put32(p + 28, (uint32_t)id->comm_id);
+    bs_put32(p + 32, (uint32_t)(id->comm_id >> 32));
+    memcpy(p + 36, id->secret, RCCI_SOCK_SECRET_BYTES);
+}
+
+rcc_result_t rcci_id_decode(const rcc_unique_id_t *in, rcci_id_t *id)
+{
+    const uint8_t *p = (const uint8_t *)in->internal;
+    if (bs_get32(p) != ID_MAGIC || bs_get32(p + 4) != ID_VERSION)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "the unique id was not made by rcc_get_unique_id of this version "
+                          "(magic 0x%08x, version %u)",
+                          bs_get32(p), bs_get32(p + 4));
+    rcc_result_t res = bs_get_addr(p + 8, &id->root);
+    if (res != RCC_SUCCESS)
+        return res;
+    id->comm_id = bs_get32(p + 28) | (uint64_t)bs_get32(p + 32) << 32;
+    memcpy(id->secret, p + 36, RCCI_SOCK_SECRET_BYTES);
+    return RCC_SUCCESS;
+}
+
+/* ---- the root ------------------------------------------------------------ */
+
+typedef struct {
+    int listen_fd;
+    rcci_id_t id;
+    int64_t timeout_ns;
+} root_args_t;
+
+/* Status, nranks, text; on success followed by the address table. */
+static void root_reply(int fd, rcc_result_t status, int nranks, const char *text,
+                       const uint8_t *table)
+{
+    uint8_t head[ROOT_REPLY_BYTES] = {0};
+    bs_put32(head, (uint32_t)status);
+    bs_put32(head + 4, (uint32_t)nranks);
+    snprintf((char *)head + 8, ROOT_REPLY_TEXT, "%s", text);
+    int64_t deadline = rcci_now_ns() + REPLY_SEND_NS;
+    if (rcci_sock_send_all(fd, head, sizeof head, deadline) == RCC_SUCCESS && table)
+        rcci_sock_send_all(fd, table, (size_t)nranks * WIRE_ADDR_BYTES, deadline);
+}
+
+static void *root_main(void *arg)
+{
+    root_args_t *a = arg;
+    int64_t deadline = rcci_now_ns() + a->timeout_ns;
+    rcci_acceptor_t *acc = NULL;
+    int nranks = -1, joined = 0;
+    int *fds = NULL;
+    uint8_t *table = NULL;
+    rcc_result_t status = RCC_SUCCESS;
+    char text[ROOT_REPLY_TEXT] = "";
+    if (rcci_acceptor_create(a->listen_fd, a->id.secret, a->id.comm_id, &acc) != RCC_SUCCESS) {
+        close(a->listen_fd);
+        free(a);
+        return NULL;
+    }
+    while (nranks < 0 || joined < nranks) {
+        int fd;
+        rcci_hello_t h;
+        if (rcci_acceptor_accept(acc, RCCI_HELLO_ROOT, -1, 0, deadline, &fd, &h) != RCC_SUCCESS)
+            break; /* the deadline passed: report below */
+        char bad[ROOT_REPLY_TEXT] = "";
+        if (h.nranks < 1 || h.nranks > MAX_RANKS || h.rank < 0 || h.rank >= h.nranks)
+            snprintf(bad, sizeof bad, "rank %d of %d is not a valid rank", h.rank, h.nranks);
+        else if (nranks > 0 && h.nranks != nranks)
+            snprintf(bad, sizeof bad, "rank %d says the job has %d ranks; earlier ranks said %d",
+                     h.rank, h.nranks, nranks);
+        else if (nranks > 0 && fds[h.rank] >= 0)
+            snprintf(bad, sizeof bad, "two processes joined as rank %d", h.rank);
+        if (bad[0]) {
+            root_reply(fd, RCC_ERR_INVALID_USAGE, 0, bad, NULL);
+            close(fd);
+            if (nranks > 0) { /* the job cannot form: tell everyone who came */
+                status = RCC_ERR_INVALID_USAGE;
+                snprintf(text, sizeof text, "%s", bad);
+                break;
+            }
+            continue;
+        }
+        if (nranks < 0) {
+            nranks = h.nranks;
+            fds = malloc(sizeof *fds * (size_t)nranks);
+            table = calloc((size_t)nranks, WIRE_ADDR_BYTES);
+            if (!fds || !table) {
+                close(fd);
+                status = RCC_ERR_NO_MEMORY;
+                snprintf(text, sizeof text, "the root ran out of memory");
+                break;
+            }
+            for (int i = 0; i < nranks; i++)
+                fds[i] = -1;
+        }
+        fds[h.rank] = fd;
+        rcci_addr_t addr;
+        rcci_addr_from_wire(&h.addr, &addr);
+        bs_put_addr(table + (size_t)h.rank * WIRE_ADDR_BYTES, &addr);
+        joined++;
+    }
+    if (status == RCC_SUCCESS && nranks > 0 && joined < nranks) {
+        status = RCC_ERR_TIMEOUT;
+        int n = snprintf(text, sizeof text, "only %d of %d ranks reached the root within %.0f s; "
+                                            "missing:", joined, nranks, a->timeout_ns / 1e9);
+        int shown = 0;
+        for (int i = 0; i < nranks && shown < 32 && n > 0 && (size_t)n < sizeof text - 16; i++)
+            if (fds[i] < 0)
+                n += snprintf(text + n, sizeof text - (size_t)n, " %d", i), shown++;
+        if (joined + shown < nranks && n > 0 && (size_t)n < sizeof text - 4)
+            snprintf(text + n, sizeof text - (size_t)n, " ...");
+    }
+    for (int i = 0; i < nranks && fds; i++) {
+        if (fds[i] < 0)
+            continue;
+        root_reply(fds[i], status, nranks, text, status == RCC_SUCCESS ? table : NULL);
+        close(fds[i]);
+    }
+    if (status != RCC_SUCCESS && text[0])
+        RCC_WARN("rendezvous failed: %s", text);
+    free(fds);
+    free(table);
+    rcci_acceptor_destroy(acc); /* closes the listening socket */
+    free(a);
+    return NULL;
+}
+
+rcc_result_t rcci_root_start(int listen_fd, const rcci_id_t *id, int64_t timeout_ns)
+{
+    root_args_t *a = calloc(1, sizeof *a);
+    if (!a)
+        return rcci_error(RCC_ERR_NO_MEMORY, "root arguments");
+    *a = (root_args_t){.listen_fd = listen_fd, .id = *id, .timeout_ns = timeout_ns};
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, root_main, a);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        free(a);
+        return rcci_error_errno(RCC_ERR_SYSTEM, rc, "cannot start the rendezvous thread");
+    }
+    return RCC_SUCCESS;
+}
+
+/* ---- a rank's side -------------------------------------------------------- */
+
+static rcc_result_t bs_meet_root(rcci_bootstrap_t *bs, const rcci_id_t *id, int64_t deadline)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    int fd = -1;
+    uint8_t head[ROOT_REPLY_BYTES];
+    uint8_t *table = NULL;
+    int root_said = 0; /* the root's verdict already names the problem */
+    char root[80];
+    rcci_addr_format(&id->root, root, sizeof root);
+    RCC_CHECK(rcci_sock_connect(&id->root, deadline, 1, &fd));
+    rcci_hello_t hello = {.kind = RCCI_HELLO_ROOT, .rank = bs->rank, .nranks = bs->nranks,
+                          .comm_id = id->comm_id};
+    rcci_addr_to_wire(&bs->local, &hello.addr);
+    RCC_CHECK(rcci_hello_send(fd, &hello, id->secret, deadline));
+    RCC_CHECK(rcci_sock_recv_all(fd, head, sizeof head, deadline + ROOT_GRACE_NS));
+    head[sizeof head - 1] = '\0';
+    rcc_result_t status = (rcc_result_t)bs_get32(head);
+    root_said = status != RCC_SUCCESS;
+    if (root_said)
+        RCC_FAIL(status, "the rendezvous at %s failed: %s", root, (char *)head + 8);
+    if ((int)bs_get32(head + 4) != bs->nranks)
+        RCC_FAIL(RCC_ERR_INTERNAL, "the root answered for %u ranks", bs_get32(head + 4));
+    table = malloc((size_t)bs->nranks * WIRE_ADDR_BYTES);
+    bs->peers = calloc((size_t)bs->nranks, sizeof *bs->peers);
+    if (!table || !bs->peers)
+        RCC_FAIL(RCC_ERR_NO_MEMORY, "address table for %d ranks", bs->nranks);
+    RCC_CHECK(rcci_sock_recv_all(fd, table, (size_t)bs->nranks * WIRE_ADDR_BYTES, deadline));
+    for (int i = 0; i < bs->nranks; i++)
+        RCC_CHECK(bs_get_addr(table + (size_t)i * WIRE_ADDR_BYTES, &bs->peers[i]));
+out:
+    if (res != RCC_SUCCESS && !root_said)
+        rcci_error_prefix("meeting the root %s: ", root);
+    if (fd >= 0)
+        close(fd);
+    free(table);
+    return res;
+}
+
+rcc_result_t rcci_bootstrap_init(const rcci_id_t *id, int rank, int nranks, int64_t timeout_ns,
+                                 const char *ifname, rcci_bootstrap_t **out)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    int64_t deadline = rcci_now_ns() + timeout_ns;
+    rcci_bootstrap_t *bs = calloc(1, sizeof *bs);
+    if (!bs)
+        return rcci_error(RCC_ERR_NO_MEMORY, "bootstrap");
+    *bs = (rcci_bootstrap_t){.rank = rank, .nranks = nranks, .timeout_ns = timeout_ns,
+                             .next_fd = -1, .prev_fd = -1, .comm_id = id->comm_id};
+    memcpy(bs->secret, id->secret, sizeof bs->secret);
+    rcci_addr_t any;
+    int lfd;
+    RCC_CHECK(rcci_addr_pick_local(ifname, &id->root, &any, bs->ifname, sizeof bs->ifname));
+    RCC_CHECK(rcci_sock_listen(&any, &lfd, &bs->local));
+    RCC_CHECK(rcci_acceptor_create(lfd, bs->secret, bs->comm_id, &bs->acceptor));
+    RCC_CHECK(bs_meet_root(bs, id, deadline));
+    if (nranks > 1) {
+        int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+        rcci_hello_t hello = {.kind = RCCI_HELLO_BOOTSTRAP, .rank = rank, .nranks = nranks,
+                              .comm_id = bs->comm_id};
+        /* Connecting first cannot deadlock: the kernel completes the
+         * handshake and buffers the hello before the peer accepts. */
+        RCC_CHECK(rcci_sock_connect(&bs->peers[next], deadline, 1, &bs->next_fd));
+        RCC_CHECK(rcci_hello_send(bs->next_fd, &hello, bs->secret, deadline));
+        rcci_hello_t got;
+        RCC_CHECK(rcci_acceptor_accept(bs->acceptor, RCCI_HELLO_BOOTSTRAP, prev, 0, deadline,
+                                       &bs->prev_fd, &got));
+    }
+    *out = bs;
+out:
+    if (res != RCC_SUCCESS)
+        rcci_bootstrap_destroy(bs);
+    return res;
+}
+
+rcc_result_t rcci_bootstrap_allgather(rcci_bootstrap_t *bs, void *data, size_t block)
+{
+    int n = bs->nranks, r = bs->rank;
+    int64_t deadline = rcci_now_ns() + bs->timeout_ns;
+    for (int step = 0; step < n - 1; step++) {
+        int send_block = (r - step + n) % n, recv_block = (r - step - 1 + n) % n;
+        rcc_result_t res = rcci_sock_sendrecv(bs->next_fd, (char *)data + (size_t)send_block * block,
+                                              block, bs->prev_fd,
+                                              (char *)data + (size_t)recv_block * block, block,
+                                              deadline);
+        if (res != RCC_SUCCESS) {
+            rcci_error_prefix("bootstrap allgather step %d (next rank %d, previous rank %d): ",
+                              step, (r + 1) % n, (r + n - 1) % n);
+            return res;
+        }
+    }
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_bootstrap_barrier(rcci_bootstrap_t *bs)
+{
+    char stack[64];
+    char *flags = bs->nranks <= (int)sizeof stack ? stack : calloc((size_t)bs->nranks, 1);
+    if (!flags)
+        return rcci_error(RCC_ERR_NO_MEMORY, "barrier");
+    flags[bs->rank] = 1;
+    rcc_result_t res = rcci_bootstrap_allgather(bs, flags, 1);
+    if (flags != stack)
+        free(flags);
+    return res;
+}
+
+const rcci_addr_t *rcci_bootstrap_local_addr(const rcci_bootstrap_t *bs) { return &bs->local; }
+
+const char *rcci_bootstrap_ifname(const rcci_bootstrap_t *bs) { return bs->ifname; }
+
+void rcci_bootstrap_peer_name(const rcci_bootstrap_t *bs, int rank, char *buf, size_t size)
+{
+    char addr[80] = "?";
+    if (bs->peers && rank >= 0 && rank < bs->nranks) {
+        rcci_addr_t a = bs->peers[rank];
+        rcci_addr_format(&a, addr, sizeof addr);
+    }
+    snprintf(buf, size, "rank %d (%s)", rank, addr);
+}
+
+void rcci_bootstrap_destroy(rcci_bootstrap_t *bs)
+{
+    if (!bs)
+        return;
+    if (bs->next_fd >= 0)
+        close(bs->next_fd);
+    if (bs->prev_fd >= 0)
+        close(bs->prev_fd);
+    rcci_acceptor_destroy(bs->acceptor);
+    free(bs->peers);
+    free(bs);
+}

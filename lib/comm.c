@@ -1,0 +1,554 @@
+/*
+ * Communicator life cycle: unique ids, initialisation from an id or from
+ * the launcher's environment, transport choice per ring edge, teardown.
+ */
+#include "comm.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+#include "params.h"
+#include "rcc_config.h"
+
+#define COMM_MAX_TRANSPORTS 8
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static rcc_result_t comm_random(void *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = getrandom((char *)buf + got, len - got, 0);
+        if (n < 0 && errno != EINTR)
+            return rcci_error_errno(RCC_ERR_SYSTEM, errno, "getrandom");
+        if (n > 0)
+            got += (size_t)n;
+    }
+    return RCC_SUCCESS;
+}
+
+/* FNV-1a, then splitmix64 to spread it: identifies hosts and derives the
+ * weak environment secret. Not cryptographic (RCC_SECRET is the strong way). */
+static uint64_t comm_hash(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t comm_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t comm_host_hash(void)
+{
+    char host[256] = "", boot[64] = "";
+    gethostname(host, sizeof host - 1);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f))
+            boot[0] = '\0';
+        fclose(f);
+    }
+    return comm_mix(comm_hash(comm_hash(0xcbf29ce484222325ull, host, strlen(host)), boot,
+                              strlen(boot)));
+}
+
+static rcc_result_t comm_set_error(struct rcc_comm *comm, rcc_result_t res)
+{
+    if (res != RCC_SUCCESS && comm) {
+        pthread_mutex_lock(&comm->lock);
+        snprintf(comm->last_error, sizeof comm->last_error, "%s", rcci_tls_error());
+        pthread_mutex_unlock(&comm->lock);
+    }
+    return res;
+}
+
+/* ---- unique ids ------------------------------------------------------------- */
+
+rcc_result_t rcc_get_unique_id(rcc_unique_id_t *out)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    int fd = -1;
+    rcci_id_t id;
+    rcci_tls_error_clear();
+    if (!out)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_get_unique_id: id is NULL");
+    RCC_CHECK(rcci_params_load());
+    char ifname[64];
+    rcci_addr_t local;
+    RCC_CHECK(rcci_addr_pick_local(rcci_param_str(RCCI_PARAM_SOCKET_IFNAME), NULL, &local, ifname,
+                                   sizeof ifname));
+    RCC_CHECK(rcci_sock_listen(&local, &fd, &id.root));
+    RCC_CHECK(comm_random(id.secret, sizeof id.secret));
+    RCC_CHECK(comm_random(&id.comm_id, sizeof id.comm_id));
+    RCC_CHECK(rcci_root_start(fd, &id, rcci_param_int(RCCI_PARAM_TIMEOUT) * 1000000000ll));
+    fd = -1; /* the root thread owns it now */
+    rcci_id_encode(&id, out);
+    char text[80];
+    rcci_addr_format(&id.root, text, sizeof text);
+    RCC_INFO("rendezvous for a new communicator listening on %s (%s)", text, ifname);
+out:
+    if (fd >= 0)
+        close(fd);
+    return res;
+}
+
+/* ---- initialisation --------------------------------------------------------- */
+
+typedef struct {
+    int32_t rank;
+    uint32_t transports; /* bit i: rcci_transports[i] initialised here */
+    uint64_t host_hash;
+} comm_peer_t;
+
+static rcc_result_t comm_read_config(struct rcc_comm *comm, const rcc_config_t *config)
+{
+    comm->timeout_ns = rcci_param_int(RCCI_PARAM_TIMEOUT) * 1000000000ll;
+    comm->chunk_bytes = (size_t)rcci_param_int(RCCI_PARAM_CHUNK_BYTES);
+    comm->slots = (int)rcci_param_int(RCCI_PARAM_SLOTS);
+    if (!config)
+        return RCC_SUCCESS;
+    if (config->magic != RCC_CONFIG_MAGIC ||
+        config->size < offsetof(rcc_config_t, chunk_bytes) + sizeof config->chunk_bytes)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "config was not initialised with RCC_CONFIG_INITIALIZER (magic 0x%x, "
+                          "size %zu)",
+                          config->magic, config->size);
+    if (config->blocking != 1)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "config.blocking=%d: only blocking (1) "
+                                                    "initialisation is supported",
+                          config->blocking);
+    if (config->timeout_ms < 0)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "config.timeout_ms=%d is negative",
+                          config->timeout_ms);
+    if (config->timeout_ms > 0)
+        comm->timeout_ns = config->timeout_ms * 1000000ll;
+    if (config->chunk_bytes != 0 && config->chunk_bytes < 64)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "config.chunk_bytes=%d: use 0 (default) or at least 64",
+                          config->chunk_bytes);
+    if (config->chunk_bytes > 0)
+        comm->chunk_bytes = (size_t)config->chunk_bytes;
+    return RCC_SUCCESS;
+}
+
+/* First transport (priority order) both ends built and whose can_connect
+ * accepts the peer; can_connect is symmetric, so both ends agree. */
+static rcc_result_t comm_pick_transport(struct rcc_comm *comm, const comm_peer_t *peers, int peer,
+                                        int *index)
+{
+    uint32_t common = peers[comm->rank].transports & peers[peer].transports;
+    rcci_peer_info_t me = {.rank = comm->rank, .host_hash = peers[comm->rank].host_hash,
+                           .cuda_device = -1};
+    rcci_peer_info_t them = {.rank = peer, .host_hash = peers[peer].host_hash, .cuda_device = -1};
+    for (int i = 0; rcci_transports[i]; i++) {
+        int priority;
+        if (!(common & (1u << i)) ||
+            rcci_transports[i]->can_connect(comm->tctx[i], &me, &them, &priority) != RCC_SUCCESS)
+            continue;
+        *index = i;
+        return RCC_SUCCESS;
+    }
+    char name[128];
+    rcci_bootstrap_peer_name(comm->bootstrap, peer, name, sizeof name);
+    return rcci_error(RCC_ERR_UNSUPPORTED, "no transport connects rank %d with %s (RCC_TRANSPORT=%s)",
+                      comm->rank, name, rcci_param_str(RCCI_PARAM_TRANSPORT));
+}
+
+static rcc_result_t comm_connect_ring(struct rcc_comm *comm, const rcci_id_t *id)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    int64_t deadline = rcci_now_ns() + comm->timeout_ns;
+    comm_peer_t *peers = NULL;
+    char *handles = NULL;
+    rcci_listener_t *listener = NULL;
+    int next = (comm->rank + 1) % comm->nranks, prev = (comm->rank + comm->nranks - 1) % comm->nranks;
+    const char *only = rcci_param_str(RCCI_PARAM_TRANSPORT);
+
+    rcci_transport_env_t env = {.rank = comm->rank, .nranks = comm->nranks,
+                                .comm_id = comm->comm_id};
+    memcpy(env.secret, id->secret, sizeof env.secret);
+    const rcci_addr_t *local = rcci_bootstrap_local_addr(comm->bootstrap);
+    memcpy(&env.local_addr, &local->u, local->len);
+    env.local_addr_len = local->len;
+
+    peers = calloc((size_t)comm->nranks, sizeof *peers);
+    handles = calloc((size_t)comm->nranks, RCCI_HANDLE_BYTES);
+    if (!peers || !handles)
+        RCC_FAIL(RCC_ERR_NO_MEMORY, "peer tables for %d ranks", comm->nranks);
+    comm_peer_t *me = &peers[comm->rank];
+    me->rank = comm->rank;
+    me->host_hash = comm_host_hash();
+    for (int i = 0; rcci_transports[i] && i < COMM_MAX_TRANSPORTS; i++) {
+        const rcci_transport_t *tr = rcci_transports[i];
+        if (*only && strcmp(only, tr->name) != 0)
+            continue;
+        if (tr->abi != RCCI_TRANSPORT_ABI || tr->size < sizeof(rcci_transport_t)) {
+            RCC_WARN("transport %s was built for ops table ABI %u; skipped", tr->name, tr->abi);
+            continue;
+        }
+        if (tr->init(&env, &comm->tctx[i]) == RCC_SUCCESS)
+            me->transports |= 1u << i;
+        else
+            RCC_INFO("transport %s unavailable: %s", tr->name, rcci_tls_error());
+    }
+    if (!me->transports)
+        RCC_FAIL(RCC_ERR_UNSUPPORTED, "no transport is usable%s%s%s", *only ? " (RCC_TRANSPORT=" : "",
+                 only, *only ? " names none that works here)" : "");
+    RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, peers, sizeof *peers));
+
+    int send_tr, recv_tr;
+    RCC_CHECK(comm_pick_transport(comm, peers, next, &send_tr));
+    RCC_CHECK(comm_pick_transport(comm, peers, prev, &recv_tr));
+    comm->send_link = (rcci_link_t){.tr = rcci_transports[send_tr], .tctx = comm->tctx[send_tr],
+                                    .peer = next};
+    comm->recv_link = (rcci_link_t){.tr = rcci_transports[recv_tr], .tctx = comm->tctx[recv_tr],
+                                    .peer = prev};
+    RCC_CHECK(comm->recv_link.tr->listen(comm->recv_link.tctx,
+                                         handles + (size_t)comm->rank * RCCI_HANDLE_BYTES,
+                                         &listener));
+    RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, handles, RCCI_HANDLE_BYTES));
+    /* Connect first, then accept: connects complete in the kernel's backlog. */
+    RCC_CHECK(comm->send_link.tr->connect(comm->send_link.tctx,
+                                          handles + (size_t)next * RCCI_HANDLE_BYTES, 0, deadline,
+                                          &comm->send_link.conn));
+    RCC_CHECK(comm->recv_link.tr->accept(listener, prev, 0, deadline, &comm->recv_link.conn));
+    char nname[128], pname[128];
+    rcci_bootstrap_peer_name(comm->bootstrap, next, nname, sizeof nname);
+    rcci_bootstrap_peer_name(comm->bootstrap, prev, pname, sizeof pname);
+    RCC_INFO("ring: sends to %s via %s, receives from %s via %s%s", nname, comm->send_link.tr->name,
+             pname, comm->recv_link.tr->name, *only ? " (forced by RCC_TRANSPORT)" : "");
+out:
+    if (res != RCC_SUCCESS)
+        rcci_error_prefix("connecting the ring: ");
+    if (listener)
+        comm->recv_link.tr->close_listener(listener);
+    free(peers);
+    free(handles);
+    return res;
+}
+
+static void comm_free(struct rcc_comm *comm)
+{
+    if (!comm)
+        return;
+    rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
+    for (int i = 0; i < 2; i++)
+        if (links[i]->conn)
+            links[i]->tr->close(links[i]->conn);
+    for (int i = 0; rcci_transports[i] && i < COMM_MAX_TRANSPORTS; i++)
+        if (comm->tctx[i])
+            rcci_transports[i]->fini(comm->tctx[i]);
+    rcci_bootstrap_destroy(comm->bootstrap);
+    if (comm->epoll_fd >= 0)
+        close(comm->epoll_fd);
+    if (comm->wake_fd >= 0)
+        close(comm->wake_fd);
+    free(comm->slot_mem);
+    pthread_mutex_destroy(&comm->lock);
+    pthread_cond_destroy(&comm->cond);
+    free(comm);
+}
+
+static rcc_result_t comm_init(rcc_comm_t *out, int nranks, const rcci_id_t *id, int rank,
+                              const rcc_config_t *config)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    struct rcc_comm *comm = NULL;
+    if (!out)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "comm (the output pointer) is NULL");
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rank %d of %d: need nranks >= 1 and "
+                                                    "0 <= rank < nranks",
+                          rank, nranks);
+    RCC_CHECK(rcci_params_load());
+    comm = calloc(1, sizeof *comm);
+    if (!comm)
+        return rcci_error(RCC_ERR_NO_MEMORY, "communicator");
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->comm_id = id->comm_id;
+    comm->epoll_fd = comm->wake_fd = -1;
+    pthread_mutex_init(&comm->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&comm->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    rcci_log_set_rank(rank);
+    RCC_CHECK(comm_read_config(comm, config));
+    RCC_CHECK(rcci_bootstrap_init(id, rank, nranks, comm->timeout_ns,
+                                  rcci_param_str(RCCI_PARAM_SOCKET_IFNAME), &comm->bootstrap));
+    if (nranks > 1) {
+        RCC_CHECK(comm_connect_ring(comm, id));
+        RCC_CHECK(rcci_bootstrap_barrier(comm->bootstrap));
+        if (posix_memalign((void **)&comm->slot_mem, 4096, (size_t)comm->slots * comm->chunk_bytes))
+            RCC_FAIL(RCC_ERR_NO_MEMORY, "%d receive slots of %zu bytes", comm->slots,
+                     comm->chunk_bytes);
+    }
+    RCC_CHECK(rcci_progress_start(comm));
+    if (rank == 0) {
+        char addr[80];
+        rcci_addr_format(rcci_bootstrap_local_addr(comm->bootstrap), addr, sizeof addr);
+        RCC_INFO("ringcc %s: communicator of %d ranks up on %s (%s); chunk %zu bytes, %d slots, "
+                 "timeout %.0f s; CUDA %s, verbs %s",
+                 RCC_VERSION_STRING, nranks, rcci_bootstrap_ifname(comm->bootstrap), addr,
+                 comm->chunk_bytes, comm->slots, comm->timeout_ns / 1e9,
+                 RCC_HAVE_CUDA ? "built" : "not built", RCC_HAVE_IBVERBS ? "found" : "not found");
+    }
+    *out = comm;
+    return RCC_SUCCESS;
+out:
+    rcci_error_prefix("rank %d of %d: ", rank, nranks);
+    if (comm) {
+        rcci_progress_stop(comm);
+        comm_free(comm);
+    }
+    return res;
+}
+
+rcc_result_t rcc_comm_init_rank(rcc_comm_t *comm, int nranks, rcc_unique_id_t uid, int rank,
+                                const rcc_config_t *config)
+{
+    rcci_tls_error_clear();
+    rcci_id_t id;
+    rcc_result_t res = rcci_id_decode(&uid, &id);
+    return res != RCC_SUCCESS ? res : comm_init(comm, nranks, &id, rank, config);
+}
+
+/* ---- initialisation from the environment ------------------------------------ */
+
+static rcc_result_t env_int(const char *name, int *value, int *found)
+{
+    const char *text = getenv(name);
+    *found = text && *text;
+    if (!*found)
+        return RCC_SUCCESS;
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || *end || v < 0 || v > (1 << 24))
+        return rcci_error(RCC_ERR_INVALID_USAGE, "%s='%s' is not a rank or rank count", name, text);
+    *value = (int)v;
+    return RCC_SUCCESS;
+}
+
+/* Rank and size from the first launcher convention present. */
+static rcc_result_t env_rank_size(int *rank, int *nranks, const char **source)
+{
+    static const char *const pairs[][2] = {{"RCC_RANK", "RCC_NRANKS"},
+                                           {"RANK", "WORLD_SIZE"},
+                                           {"SLURM_PROCID", "SLURM_NTASKS"},
+                                           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        int has_rank, has_size;
+        rcc_result_t res = env_int(pairs[i][0], rank, &has_rank);
+        if (res == RCC_SUCCESS)
+            res = env_int(pairs[i][1], nranks, &has_size);
+        if (res != RCC_SUCCESS)
+            return res;
+        if (has_rank != has_size)
+            return rcci_error(RCC_ERR_INVALID_USAGE, "%s is set but %s is not", has_rank ? pairs[i][0] : pairs[i][1],
+                              has_rank ? pairs[i][1] : pairs[i][0]);
+        if (has_rank) {
+            *source = pairs[i][0];
+            return RCC_SUCCESS;
+        }
+    }
+    return rcci_error(RCC_ERR_INVALID_USAGE,
+                      "the environment names no rank: set RCC_RANK and RCC_NRANKS (ringcc-run "
+                      "does), or run under torchrun (RANK, WORLD_SIZE), Slurm (SLURM_PROCID, "
+                      "SLURM_NTASKS) or Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE)");
+}
+
+static rcc_result_t env_root(char *text, size_t size)
+{
+    const char *root = getenv("RCC_ROOT");
+    if (root && *root) {
+        snprintf(text, size, "%s", root);
+        return RCC_SUCCESS;
+    }
+    const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+    if (addr && *addr && port && *port) {
+        snprintf(text, size, strchr(addr, ':') ? "[%s]:%s" : "%s:%s", addr, port);
+        return RCC_SUCCESS;
+    }
+    return rcci_error(RCC_ERR_INVALID_USAGE, "the environment names no rendezvous: set "
+                                             "RCC_ROOT=host:port (or MASTER_ADDR and MASTER_PORT)");
+}
+
+static int env_hex(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* RCC_SECRET, or a secret derived from what every rank of the job shares. */
+static rcc_result_t env_secret(const char *root, int nranks, uint64_t generation, rcci_id_t *id)
+{
+    const char *hex = getenv("RCC_SECRET");
+    uint64_t h = comm_hash(0xcbf29ce484222325ull, root, strlen(root));
+    h = comm_hash(h, &nranks, sizeof nranks);
+    if (hex && *hex) {
+        if (strlen(hex) != 2 * RCCI_SOCK_SECRET_BYTES)
+            return rcci_error(RCC_ERR_INVALID_USAGE, "RCC_SECRET must be %d hex digits (it has %zu)",
+                              2 * RCCI_SOCK_SECRET_BYTES, strlen(hex));
+        for (int i = 0; i < RCCI_SOCK_SECRET_BYTES; i++) {
+            int hi = env_hex(hex[2 * i]), lo = env_hex(hex[2 * i + 1]);
+            if (hi < 0 || lo < 0)
+                return rcci_error(RCC_ERR_INVALID_USAGE, "RCC_SECRET has a non-hex digit at %d",
+                                  2 * i + (hi < 0 ? 0 : 1));
+            id->secret[i] = (uint8_t)(hi << 4 | lo);
+        }
+        h = comm_hash(h, id->secret, sizeof id->secret);
+    } else {
+        static const char *const job_vars[] = {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID",
+                                               "SLURM_STEP_ID", "OMPI_MCA_ess_base_jobid",
+                                               "PMIX_NAMESPACE"};
+        int used = 0;
+        for (size_t i = 0; i < sizeof job_vars / sizeof job_vars[0]; i++) {
+            const char *v = getenv(job_vars[i]);
+            if (v && *v)
+                h = comm_hash(comm_hash(h, job_vars[i], strlen(job_vars[i])), v, strlen(v)),
+                used = 1;
+        }
+        RCC_INFO("RCC_SECRET is not set: the job secret is derived from the %s; set RCC_SECRET "
+                 "(64 hex digits) to keep strangers out",
+                 used ? "launcher's job id and the root address" : "root address only");
+        for (int i = 0; i < RCCI_SOCK_SECRET_BYTES; i += 8) {
+            uint64_t w = comm_mix(h + (uint64_t)i);
+            memcpy(id->secret + i, &w, 8);
+        }
+    }
+    /* The same for every rank's n-th init from the environment. */
+    id->comm_id = comm_mix(h ^ comm_mix(generation + 0x72636321ull));
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcc_comm_init_env(rcc_comm_t *comm, const rcc_config_t *config)
+{
+    static atomic_uint generation;
+    rcc_result_t res = RCC_SUCCESS;
+    rcci_id_t id;
+    int rank = 0, nranks = 0, fd = -1;
+    const char *source = "";
+    char root[300];
+    rcci_tls_error_clear();
+    if (!comm)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "comm (the output pointer) is NULL");
+    RCC_CHECK(rcci_params_load());
+    RCC_CHECK(env_rank_size(&rank, &nranks, &source));
+    rcci_log_set_rank(rank);
+    RCC_CHECK(env_root(root, sizeof root));
+    RCC_CHECK(rcci_addr_parse(root, &id.root));
+    RCC_CHECK(env_secret(root, nranks, atomic_fetch_add(&generation, 1), &id));
+    if (nranks < 1 || rank >= nranks)
+        RCC_FAIL(RCC_ERR_INVALID_USAGE, "rank %d of %d (from %s) is not a valid rank", rank,
+                 nranks, source);
+    if (rank == 0) {
+        /* Rank 0 serves the rendezvous on the root's port, on every address:
+         * the root's name may resolve to any of this host's addresses. */
+        rcci_addr_t any = {0}, bound;
+        any.u.sa.sa_family = id.root.u.sa.sa_family;
+        any.len = id.root.len;
+        if (any.u.sa.sa_family == AF_INET6)
+            any.u.in6.sin6_addr = in6addr_any;
+        rcci_addr_set_port(&any, rcci_addr_port(&id.root));
+        res = rcci_sock_listen(&any, &fd, &bound);
+        if (res != RCC_SUCCESS) {
+            rcci_error_prefix("rank 0 serves the rendezvous at %s and ", root);
+            goto out;
+        }
+        RCC_CHECK(rcci_root_start(fd, &id, rcci_param_int(RCCI_PARAM_TIMEOUT) * 1000000000ll));
+        fd = -1;
+    }
+    RCC_INFO("rank %d of %d from %s, rendezvous at %s", rank, nranks, source, root);
+    return comm_init(comm, nranks, &id, rank, config);
+out:
+    if (fd >= 0)
+        close(fd);
+    return res;
+}
+
+/* ---- teardown and queries --------------------------------------------------- */
+
+rcc_result_t rcc_comm_destroy(rcc_comm_t comm)
+{
+    if (!comm)
+        return RCC_SUCCESS;
+    rcci_progress_stop(comm); /* runs queued operations to their end first */
+    comm_free(comm);
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcc_comm_abort(rcc_comm_t comm)
+{
+    if (!comm)
+        return RCC_SUCCESS;
+    rcci_progress_abort(comm);
+    /* Callers blocked in an operation return RCC_ERR_ABORTED before the memory
+     * goes; the progress thread ends their operations promptly. */
+    pthread_mutex_lock(&comm->lock);
+    int64_t deadline = rcci_now_ns() + comm->timeout_ns;
+    while (comm->callers > 0 && rcci_now_ns() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 10000000;
+        if (ts.tv_nsec >= 1000000000)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    rcci_progress_stop(comm);
+    comm_free(comm);
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcc_comm_rank(const rcc_comm_t comm, int *rank)
+{
+    if (!comm || !rank)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_rank: NULL %s", comm ? "rank" : "comm");
+    *rank = comm->rank;
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcc_comm_size(const rcc_comm_t comm, int *size)
+{
+    if (!comm || !size)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_size: NULL %s", comm ? "size" : "comm");
+    *size = comm->nranks;
+    return RCC_SUCCESS;
+}
+
+const char *rcc_last_error(rcc_comm_t comm) { return comm ? comm->last_error : rcci_tls_error(); }
+
+rcc_result_t rcci_comm_enter(struct rcc_comm *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    comm->callers++;
+    pthread_mutex_unlock(&comm->lock);
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_comm_leave(struct rcc_comm *comm, rcc_result_t res)
+{
+    comm_set_error(comm, res);
+    pthread_mutex_lock(&comm->lock);
+    comm->callers--;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    return res;
+}

@@ -1,0 +1,107 @@
+/*
+ * The communicator and the operations queued on it. Internal.
+ */
+#ifndef RINGCC_COMM_H
+#define RINGCC_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bootstrap.h"
+#include "err.h"
+#include "ringcc.h"
+#include "transport.h"
+
+typedef enum { RCCI_OP_ALLREDUCE = 0 } rcci_op_kind_t;
+
+/* One collective call, from the caller's thread to the progress thread and
+ * back. Reference-counted: the caller and the progress thread each hold one
+ * reference, so a caller that gives up waiting never frees it under the
+ * progress thread. */
+typedef struct rcci_op {
+    struct rcci_op *next; /* queue link */
+    int refs;             /* under comm->lock */
+    rcci_op_kind_t kind;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    rcc_datatype_t dtype;
+    rcc_redop_t redop;
+    uint32_t seq; /* per-communicator operation number, carried on the wire */
+    /* Completion, under comm->lock. */
+    int done;
+    rcc_result_t result;
+    char error[RCCI_ERR_TEXT_BYTES];
+} rcci_op_t;
+
+/* One ring edge: the connection and the transport that runs it. */
+typedef struct {
+    const rcci_transport_t *tr;
+    void *tctx;
+    rcci_conn_t *conn;
+    int peer;
+} rcci_link_t;
+
+struct rcc_comm {
+    int rank, nranks;
+    uint64_t comm_id;
+    int64_t timeout_ns;
+    size_t chunk_bytes;
+    int slots;
+    rcci_bootstrap_t *bootstrap;
+
+    /* Transports in use: one context per transport of rcci_transports[]. */
+    void *tctx[8];
+    rcci_link_t send_link; /* to rank + 1 */
+    rcci_link_t recv_link; /* from rank - 1 */
+    char *slot_mem;        /* slots x chunk_bytes receive staging for reductions */
+
+    /* Progress thread and its queue. */
+    pthread_t progress;
+    int progress_started;
+    int epoll_fd;
+    int wake_fd; /* eventfd: new work, stop or abort */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    rcci_op_t *queue_head, *queue_tail;
+    uint32_t next_seq;
+    int stopping;
+    atomic_int aborted;
+    int callers;          /* threads inside a call on this communicator */
+    rcc_result_t broken;  /* sticky failure: later operations fail at once */
+    char broken_text[RCCI_ERR_TEXT_BYTES];
+    char last_error[RCCI_ERR_TEXT_BYTES];
+};
+
+/* Brackets every public call on a communicator: abort waits for callers to
+ * leave; leave records a failure as the communicator's last error. */
+rcc_result_t rcci_comm_enter(struct rcc_comm *comm);
+rcc_result_t rcci_comm_leave(struct rcc_comm *comm, rcc_result_t res);
+
+/* Progress thread (progress.c). */
+rcc_result_t rcci_progress_start(struct rcc_comm *comm);
+/* Stops the thread after the queue drains (abort: at once). */
+void rcci_progress_stop(struct rcc_comm *comm);
+/* Makes the progress thread fail every pending operation with
+ * RCC_ERR_ABORTED and close the links. Safe from any thread. */
+void rcci_progress_abort(struct rcc_comm *comm);
+/* Queues an operation (takes a reference for the progress thread). */
+rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op);
+/* Waits for `op` to finish; returns its result with the detail in this
+ * thread's error text. */
+rcc_result_t rcci_progress_wait(struct rcc_comm *comm, rcci_op_t *op);
+void rcci_op_release(struct rcc_comm *comm, rcci_op_t *op);
+
+/* Collective executors (coll/), called on the progress thread only.
+ * start prepares; advance moves it forward without blocking, setting
+ * *progressed when anything happened and *done at the end; finish releases
+ * what advance still holds (after an error too). */
+typedef struct rcci_exec rcci_exec_t;
+rcc_result_t rcci_allreduce_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec);
+rcc_result_t rcci_allreduce_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed,
+                                    int *done);
+void rcci_allreduce_finish(struct rcc_comm *comm, rcci_exec_t *exec);
+
+#endif /* RINGCC_COMM_H */

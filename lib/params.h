@@ -1,0 +1,58 @@
+/*
+ * Every tunable RCC_* environment variable, declared once in one table
+ * (name, kind, default, description) and read once per process.
+ */
+#ifndef RINGCC_PARAMS_H
+#define RINGCC_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringcc.h"
+
+/* X(id, kind, default, min, max, description). kind: INT (accepts K/M/G
+ * suffixes, powers of 1024) or STR. min/max bound INT values. */
+#define RCCI_PARAM_LIST(X)                                                                         \
+    X(DEBUG, STR, "WARN", 0, 0, "log level: NONE, WARN, INFO or TRACE")                           \
+    X(DEBUG_FILE, STR, "", 0, 0, "log to this file instead of stderr; %h = host, %p = pid")        \
+    X(TIMEOUT, INT, "300", 1, 86400,                                                               \
+      "seconds any wait may go without progress before it fails with RCC_ERR_TIMEOUT")            \
+    X(CHUNK_BYTES, INT, "512K", 4096, 1073741824,                                                  \
+      "pipeline chunk size: the unit that flows around the ring")                                  \
+    X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \
+    X(SOCKET_IFNAME, STR, "", 0, 0,                                                                \
+      "network interface to use (prefix match); default: the one that routes to the root")        \
+    X(SOCKET_BUF_BYTES, INT, "4M", 0, 1073741824,                                                  \
+      "SO_SNDBUF/SO_RCVBUF for data sockets; 0 leaves the kernel's autotuning")                   \
+    X(TRANSPORT, STR, "", 0, 0, "force a transport by name (tcp); default: best per peer")
+
+typedef enum {
+#define PARAM_ID_(id, kind, def, min, max, desc) RCCI_PARAM_##id,
+    RCCI_PARAM_LIST(PARAM_ID_)
+#undef PARAM_ID_
+        RCCI_PARAM_COUNT
+} rcci_param_id_t;
+
+typedef struct {
+    const char *name; /* "RCC_TIMEOUT" */
+    int is_int;
+    const char *default_text;
+    int64_t min, max;
+    const char *description;
+} rcci_param_info_t;
+
+/* Reads the environment once (later calls return the first outcome). A
+ * malformed or out-of-range value is RCC_ERR_INVALID_ARGUMENT with a message
+ * naming the variable, its value and what is accepted. Thread-safe. */
+rcc_result_t rcci_params_load(void);
+
+/* Values after rcci_params_load succeeded (defaults before). */
+int64_t rcci_param_int(rcci_param_id_t id);
+const char *rcci_param_str(rcci_param_id_t id); /* never NULL; "" when unset */
+const rcci_param_info_t *rcci_param_info(rcci_param_id_t id);
+
+/* "64K" -> 65536. Accepts decimal digits with an optional K, M or G
+ * (case-insensitive, powers of 1024) and nothing else. */
+rcc_result_t rcci_parse_size(const char *text, int64_t min, int64_t max, int64_t *out);
+
+#endif /* RINGCC_PARAMS_H */

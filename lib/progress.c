@@ -1,0 +1,236 @@
+/*
+ * The per-communicator progress thread: takes queued operations in call
+ * order and drives them through the transports. It sleeps in epoll_wait on
+ * the connections' descriptors (edge-triggered) and an eventfd, so an idle
+ * or waiting rank costs no CPU; it re-checks everything after each wake-up.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "comm.h"
+#include "log.h"
+
+#define IDLE_WAIT_MS 1000 /* upper bound on one sleep; deadlines are re-checked */
+
+void rcci_op_release(struct rcc_comm *comm, rcci_op_t *op)
+{
+    pthread_mutex_lock(&comm->lock);
+    int last = --op->refs == 0;
+    pthread_mutex_unlock(&comm->lock);
+    if (last)
+        free(op);
+}
+
+static void progress_complete(struct rcc_comm *comm, rcci_op_t *op, rcc_result_t res)
+{
+    pthread_mutex_lock(&comm->lock);
+    op->result = res;
+    if (res != RCC_SUCCESS)
+        snprintf(op->error, sizeof op->error, "%s", rcci_tls_error());
+    op->done = 1;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    rcci_op_release(comm, op);
+}
+
+/* After a failure the byte streams are out of step: close the links so no
+ * request keeps pointing into a caller's buffer, and fail all later work. */
+static void progress_break(struct rcc_comm *comm, rcc_result_t res)
+{
+    pthread_mutex_lock(&comm->lock);
+    if (comm->broken == RCC_SUCCESS) {
+        comm->broken = res;
+        snprintf(comm->broken_text, sizeof comm->broken_text, "%s", rcci_tls_error());
+    }
+    pthread_mutex_unlock(&comm->lock);
+    RCC_WARN("communicator failed: %s", rcci_tls_error());
+    rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
+    for (int i = 0; i < 2; i++) {
+        if (links[i]->conn) {
+            links[i]->tr->close(links[i]->conn);
+            links[i]->conn = NULL;
+        }
+    }
+}
+
+static void progress_sleep(struct rcc_comm *comm, int ms)
+{
+    struct epoll_event ev[16];
+    int n = epoll_wait(comm->epoll_fd, ev, 16, ms);
+    for (int i = 0; i < n; i++) {
+        if (ev[i].data.fd == comm->wake_fd) {
+            uint64_t v;
+            ssize_t r = read(comm->wake_fd, &v, sizeof v);
+            (void)r;
+        }
+    }
+}
+
+static void *progress_main(void *arg)
+{
+    struct rcc_comm *comm = arg;
+    rcci_log_set_rank(comm->rank);
+    rcci_op_t *cur = NULL;
+    rcci_exec_t *exec = NULL;
+    int abort_seen = 0;
+    for (;;) {
+        if (!abort_seen && atomic_load(&comm->aborted)) {
+            abort_seen = 1;
+            rcc_result_t res = rcci_error(RCC_ERR_ABORTED, "the communicator was aborted");
+            if (cur) {
+                rcci_allreduce_finish(comm, exec);
+                progress_complete(comm, cur, res);
+                cur = NULL;
+            }
+            progress_break(comm, res);
+        }
+        if (!cur) {
+            pthread_mutex_lock(&comm->lock);
+            cur = comm->queue_head;
+            if (cur) {
+                comm->queue_head = cur->next;
+                if (!comm->queue_head)
+                    comm->queue_tail = NULL;
+            }
+            int stop = comm->stopping;
+            rcc_result_t broken = comm->broken;
+            pthread_mutex_unlock(&comm->lock);
+            if (!cur) {
+                if (stop)
+                    break;
+                progress_sleep(comm, IDLE_WAIT_MS);
+                continue;
+            }
+            rcc_result_t res = broken;
+            if (broken != RCC_SUCCESS)
+                rcci_error(broken, "the communicator failed earlier: %s", comm->broken_text);
+            else
+                res = rcci_allreduce_start(comm, cur, &exec);
+            if (res != RCC_SUCCESS) {
+                rcci_allreduce_finish(comm, exec);
+                exec = NULL;
+                progress_complete(comm, cur, res);
+                cur = NULL;
+                continue;
+            }
+        }
+        int progressed, done;
+        rcc_result_t res = rcci_allreduce_advance(comm, exec, &progressed, &done);
+        if (res != RCC_SUCCESS || done) {
+            rcci_allreduce_finish(comm, exec);
+            exec = NULL;
+            if (res != RCC_SUCCESS)
+                progress_break(comm, res);
+            progress_complete(comm, cur, res);
+            cur = NULL;
+            continue;
+        }
+        if (!progressed)
+            progress_sleep(comm, IDLE_WAIT_MS);
+    }
+    return NULL;
+}
+
+static rcc_result_t progress_watch(struct rcc_comm *comm, int fd)
+{
+    if (fd < 0)
+        return RCC_SUCCESS;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.fd = fd};
+    if (epoll_ctl(comm->epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0 && errno != EEXIST)
+        return rcci_error_errno(RCC_ERR_SYSTEM, errno, "epoll_ctl");
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_progress_start(struct rcc_comm *comm)
+{
+    comm->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (comm->epoll_fd < 0)
+        return rcci_error_errno(RCC_ERR_SYSTEM, errno, "epoll_create1");
+    comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (comm->wake_fd < 0)
+        return rcci_error_errno(RCC_ERR_SYSTEM, errno, "eventfd");
+    rcc_result_t res = progress_watch(comm, comm->wake_fd);
+    if (res == RCC_SUCCESS && comm->send_link.conn)
+        res = progress_watch(comm, comm->send_link.tr->wait_fd(comm->send_link.conn));
+    if (res == RCC_SUCCESS && comm->recv_link.conn)
+        res = progress_watch(comm, comm->recv_link.tr->wait_fd(comm->recv_link.conn));
+    if (res != RCC_SUCCESS)
+        return res;
+    int rc = pthread_create(&comm->progress, NULL, progress_main, comm);
+    if (rc != 0)
+        return rcci_error_errno(RCC_ERR_SYSTEM, rc, "cannot start the progress thread");
+    comm->progress_started = 1;
+    return RCC_SUCCESS;
+}
+
+static void progress_wake(struct rcc_comm *comm)
+{
+    uint64_t one = 1;
+    ssize_t w = write(comm->wake_fd, &one, sizeof one);
+    (void)w; /* a full counter already means "wake up" */
+}
+
+void rcci_progress_stop(struct rcc_comm *comm)
+{
+    if (!comm->progress_started)
+        return;
+    pthread_mutex_lock(&comm->lock);
+    comm->stopping = 1;
+    pthread_mutex_unlock(&comm->lock);
+    progress_wake(comm);
+    pthread_join(comm->progress, NULL);
+    comm->progress_started = 0;
+}
+
+rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op)
+{
+    pthread_mutex_lock(&comm->lock);
+    if (comm->stopping || atomic_load(&comm->aborted)) {
+        pthread_mutex_unlock(&comm->lock);
+        return rcci_error(RCC_ERR_INVALID_USAGE, "the communicator is being destroyed or aborted");
+    }
+    op->seq = comm->next_seq++;
+    op->refs = 2;
+    op->next = NULL;
+    if (comm->queue_tail)
+        comm->queue_tail->next = op;
+    else
+        comm->queue_head = op;
+    comm->queue_tail = op;
+    pthread_mutex_unlock(&comm->lock);
+    progress_wake(comm);
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_progress_wait(struct rcc_comm *comm, rcci_op_t *op)
+{
+    pthread_mutex_lock(&comm->lock);
+    /* The progress thread ends every operation: by success, by error, by
+     * abort, or when it stalls past the timeout. The timed wait only keeps
+     * this thread responsive to an abort. */
+    while (!op->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
+    }
+    rcc_result_t res = op->result;
+    if (res != RCC_SUCCESS)
+        rcci_tls_error_set(op->error);
+    pthread_mutex_unlock(&comm->lock);
+    return res;
+}
+
+void rcci_progress_abort(struct rcc_comm *comm)
+{
+    atomic_store(&comm->aborted, 1);
+    if (comm->progress_started)
+        progress_wake(comm);
+}

@@ -1,0 +1,96 @@
+/*
+ * Socket helpers shared by the bootstrap and the TCP transport: addresses,
+ * interface choice, connect/accept with deadlines, and the authenticated
+ * hello every ringcc connection starts with.
+ */
+#ifndef RINGCC_SOCKET_H
+#define RINGCC_SOCKET_H
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "ringcc.h"
+
+#define RCCI_SOCK_SECRET_BYTES 32
+
+typedef struct {
+    socklen_t len;
+    union {
+        struct sockaddr sa;
+        struct sockaddr_in in;
+        struct sockaddr_in6 in6;
+    } u;
+} rcci_addr_t;
+
+/* An address as it travels in ids and handles: explicit, fixed layout. */
+typedef struct {
+    uint16_t family; /* AF_INET or AF_INET6, host order */
+    uint16_t port;   /* network order */
+    uint8_t addr[16];
+} rcci_wire_addr_t;
+
+void rcci_addr_to_wire(const rcci_addr_t *addr, rcci_wire_addr_t *wire);
+rcc_result_t rcci_addr_from_wire(const rcci_wire_addr_t *wire, rcci_addr_t *addr);
+/* "10.0.0.1:4310" or "[fe80::1]:4310". */
+void rcci_addr_format(const rcci_addr_t *addr, char *buf, size_t size);
+/* Parses "host:port" or "[v6]:port"; host may be a name (resolved once). */
+rcc_result_t rcci_addr_parse(const char *text, rcci_addr_t *addr);
+uint16_t rcci_addr_port(const rcci_addr_t *addr);
+void rcci_addr_set_port(rcci_addr_t *addr, uint16_t port);
+
+/* Chooses the local address to listen on: the first address of an up
+ * interface whose name starts with `ifname` when it is non-empty; else the
+ * address that routes toward `toward` (when not NULL); else the first
+ * non-loopback IPv4 interface, else loopback. Port is 0.
+ * `ifname_out` receives the interface's name. */
+rcc_result_t rcci_addr_pick_local(const char *ifname, const rcci_addr_t *toward,
+                                  rcci_addr_t *local, char *ifname_out, size_t ifname_size);
+
+/* Listening socket (CLOEXEC, REUSEADDR) on `addr`; *bound gets the port. */
+rcc_result_t rcci_sock_listen(const rcci_addr_t *addr, int *fd, rcci_addr_t *bound);
+/* Blocking-style connect with a deadline. With `retry_refused`, a refused
+ * connection is retried until the deadline (the peer may not listen yet).
+ * The returned socket is blocking, CLOEXEC, TCP_NODELAY. */
+rcc_result_t rcci_sock_connect(const rcci_addr_t *addr, int64_t deadline_ns, int retry_refused,
+                               int *fd);
+rcc_result_t rcci_sock_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns);
+rcc_result_t rcci_sock_recv_all(int fd, void *buf, size_t len, int64_t deadline_ns);
+/* Sends to one socket and receives from another at once (no deadlock when
+ * both sides send first). */
+rcc_result_t rcci_sock_sendrecv(int out_fd, const void *sbuf, size_t slen, int in_fd, void *rbuf,
+                                size_t rlen, int64_t deadline_ns);
+rcc_result_t rcci_sock_set_nonblocking(int fd, int on);
+
+/* The first bytes on every ringcc connection. Fixed little-endian layout. */
+enum { RCCI_HELLO_ROOT = 1, RCCI_HELLO_BOOTSTRAP = 2, RCCI_HELLO_TCP = 3 };
+typedef struct {
+    uint16_t kind;
+    int32_t rank;
+    int32_t nranks;
+    uint32_t tag;
+    uint64_t comm_id;
+    rcci_wire_addr_t addr; /* the sender's listen address (root hello) */
+} rcci_hello_t;
+#define RCCI_HELLO_BYTES 96
+
+/* Writes the hello with the job secret. */
+rcc_result_t rcci_hello_send(int fd, const rcci_hello_t *hello,
+                             const uint8_t secret[RCCI_SOCK_SECRET_BYTES], int64_t deadline_ns);
+
+/* Accepts connections on a listening socket and returns those that prove
+ * the job secret and carry the expected hello. Strangers (wrong magic or
+ * secret, garbage, silence for 10 s) are closed without disturbing anyone;
+ * valid connections for other (kind, rank, tag) are kept for later calls. */
+typedef struct rcci_acceptor rcci_acceptor_t;
+rcc_result_t rcci_acceptor_create(int listen_fd, const uint8_t secret[RCCI_SOCK_SECRET_BYTES],
+                                  uint64_t comm_id, rcci_acceptor_t **acceptor);
+/* rank -1 matches any rank. On success *fd is blocking and *hello filled. */
+rcc_result_t rcci_acceptor_accept(rcci_acceptor_t *acceptor, uint16_t kind, int rank,
+                                  uint32_t tag, int64_t deadline_ns, int *fd,
+                                  rcci_hello_t *hello);
+/* Closes pending connections and the listening socket. */
+void rcci_acceptor_destroy(rcci_acceptor_t *acceptor);
+
+#endif /* RINGCC_SOCKET_H */

@@ -1,0 +1,175 @@
+/* Forks ranks, waits for them with a deadline, shares a page between them. */
+#include "mp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MP_SHARED_BYTES (1 << 20)
+#define MP_ID_SLOTS 8
+
+typedef struct {
+    atomic_int id_ready[MP_ID_SLOTS];
+    rcc_unique_id_t ids[MP_ID_SLOTS];
+    char user[];
+} mp_area_t;
+
+static mp_area_t *mp_area;
+static int mp_port;
+
+static int mp_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        perror("mp_free_port");
+        exit(2);
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+int mp_root_port(void) { return mp_port; }
+
+void *mp_shared(size_t *size)
+{
+    if (size)
+        *size = MP_SHARED_BYTES - sizeof(mp_area_t);
+    return mp_area->user;
+}
+
+static double mp_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+rcc_result_t mp_bcast_unique_id(int rank, int slot, rcc_unique_id_t *id)
+{
+    if (rank == 0) {
+        rcc_result_t res = rcc_get_unique_id(&mp_area->ids[slot]);
+        if (res != RCC_SUCCESS)
+            return res;
+        atomic_store(&mp_area->id_ready[slot], 1);
+    }
+    double deadline = mp_now() + 60;
+    while (!atomic_load(&mp_area->id_ready[slot])) {
+        if (mp_now() > deadline)
+            return RCC_ERR_TIMEOUT;
+        usleep(1000);
+    }
+    *id = mp_area->ids[slot];
+    return RCC_SUCCESS;
+}
+
+rcc_comm_t mp_comm(int timeout_ms)
+{
+    rcc_config_t config = RCC_CONFIG_INITIALIZER;
+    config.timeout_ms = timeout_ms;
+    rcc_comm_t comm = NULL;
+    rcc_result_t res = rcc_comm_init_env(&comm, &config);
+    if (res != RCC_SUCCESS) {
+        fprintf(stderr, "rank %s: rcc_comm_init_env: %s: %s\n", getenv("RCC_RANK"),
+                rcc_strerror(res), rcc_last_error(NULL));
+        exit(90);
+    }
+    return comm;
+}
+
+int mp_run_status(int nranks, mp_rank_fn fn, void *arg, int timeout_s, int *statuses)
+{
+    mp_area = mmap(NULL, MP_SHARED_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+                   0);
+    if (mp_area == MAP_FAILED) {
+        perror("mmap");
+        return -1;
+    }
+    mp_port = mp_free_port();
+    char root[64], secret[65];
+    snprintf(root, sizeof root, "127.0.0.1:%d", mp_port);
+    srand((unsigned)getpid() ^ (unsigned)time(NULL));
+    for (int i = 0; i < 64; i++)
+        secret[i] = "0123456789abcdef"[rand() % 16];
+    secret[64] = '\0';
+    fflush(stdout);
+    fflush(stderr);
+    pid_t *pids = calloc((size_t)nranks, sizeof *pids);
+    for (int r = 0; r < nranks; r++) {
+        pids[r] = fork();
+        if (pids[r] < 0) {
+            perror("fork");
+            exit(2);
+        }
+        if (pids[r] == 0) {
+            char v[16];
+            snprintf(v, sizeof v, "%d", r);
+            setenv("RCC_RANK", v, 1);
+            snprintf(v, sizeof v, "%d", nranks);
+            setenv("RCC_NRANKS", v, 1);
+            setenv("RCC_ROOT", root, 1);
+            setenv("RCC_SECRET", secret, 1);
+            int rc = fn(r, nranks, arg);
+            fflush(stdout);
+            fflush(stderr);
+            _exit(rc);
+        }
+        statuses[r] = -1;
+    }
+    double deadline = mp_now() + timeout_s;
+    int left = nranks;
+    while (left > 0 && mp_now() < deadline) {
+        int st;
+        pid_t p = waitpid(-1, &st, WNOHANG);
+        if (p <= 0) {
+            usleep(2000);
+            continue;
+        }
+        for (int r = 0; r < nranks; r++) {
+            if (pids[r] != p)
+                continue;
+            statuses[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            pids[r] = 0;
+            left--;
+        }
+    }
+    for (int r = 0; r < nranks; r++) {
+        if (pids[r] > 0) {
+            fprintf(stderr, "mp: rank %d still running after %d s: killed\n", r, timeout_s);
+            kill(pids[r], SIGKILL);
+            waitpid(pids[r], NULL, 0);
+        }
+    }
+    free(pids);
+    munmap(mp_area, MP_SHARED_BYTES);
+    mp_area = NULL;
+    return 0;
+}
+
+int mp_run(int nranks, mp_rank_fn fn, void *arg, int timeout_s)
+{
+    int statuses[1024];
+    if (nranks > 1024)
+        return -1;
+    mp_run_status(nranks, fn, arg, timeout_s, statuses);
+    int ok = 0;
+    for (int r = 0; r < nranks; r++) {
+        if (statuses[r] != 0) {
+            fprintf(stderr, "mp: %d ranks: rank %d ended with status %d\n", nranks, r, statuses[r]);
+            ok = -1;
+        }
+    }
+    return ok;
+}

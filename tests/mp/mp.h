@@ -1,0 +1,48 @@
+/*
+ * Multi-process test harness: runs a function as N real ranks (forked
+ * processes) that meet on loopback through the RCC_* environment, and
+ * reports how each ended. Bounded: ranks still running at the deadline are
+ * killed and the run fails.
+ */
+#ifndef RINGCC_TEST_MP_H
+#define RINGCC_TEST_MP_H
+
+#include <stddef.h>
+
+#include "ringcc.h"
+
+/* A rank's body; returns 0 on success (its exit status). */
+typedef int (*mp_rank_fn)(int rank, int nranks, void *arg);
+
+/* Runs fn on `nranks` ranks with RCC_RANK, RCC_NRANKS, RCC_ROOT (a free
+ * loopback port) and RCC_SECRET set. Returns 0 when every rank exited 0
+ * within timeout_s; otherwise prints what happened and returns -1. */
+int mp_run(int nranks, mp_rank_fn fn, void *arg, int timeout_s);
+
+/* Like mp_run, but reports each rank's exit status in statuses[] (a signal
+ * shows as 128 + signo; -1 when killed at the deadline) instead of judging. */
+int mp_run_status(int nranks, mp_rank_fn fn, void *arg, int timeout_s, int *statuses);
+
+/* The loopback port of the current run's root (valid inside mp_run). */
+int mp_root_port(void);
+
+/* Memory shared by the ranks of one run (zeroed at start). */
+void *mp_shared(size_t *size);
+
+/* Rank 0 makes a unique id and every rank gets it (MPI_Bcast style, via the
+ * shared memory); `slot` distinguishes several ids in one run. */
+rcc_result_t mp_bcast_unique_id(int rank, int slot, rcc_unique_id_t *id);
+
+/* A communicator from the environment with a test timeout; aborts the rank
+ * (exit 90 + message) on failure. */
+rcc_comm_t mp_comm(int timeout_ms);
+
+#define MP_FAIL(...)                                                                               \
+    do {                                                                                           \
+        fprintf(stderr, "rank failure at %s:%d: ", __FILE__, __LINE__);                           \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fprintf(stderr, "\n");                                                                     \
+        return 1;                                                                                  \
+    } while (0)
+
+#endif /* RINGCC_TEST_MP_H */

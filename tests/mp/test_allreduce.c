@@ -1,0 +1,582 @@
+/*
+ * Allreduce across real processes on loopback, checked element by element
+ * against a naive reduction computed here, for 1 to 5 ranks, every dtype and
+ * op, odd and prime sizes, in-place and out-of-place; plus failure cases.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../check_main.h"
+#include "mp.h"
+#include "reduce.h" /* half/bfloat16 conversions, tested exhaustively in unit/ */
+
+static const size_t test_counts[] = {0, 1, 2, 3, 5, 7, 13, 97, 1021, 65537, 262147};
+#define NCOUNTS (sizeof test_counts / sizeof test_counts[0])
+
+/* Input element i of rank r: integers, exact in every dtype. PROD uses
+ * mostly ones so float products stay exact; integer types also get large
+ * values so sums and products wrap (the reference wraps the same way). */
+static int64_t gen_int(int r, size_t i, rcc_datatype_t dt, rcc_redop_t op)
+{
+    int is_float = dt == RCC_FLOAT16 || dt == RCC_FLOAT32 || dt == RCC_FLOAT64 || dt == RCC_BFLOAT16;
+    size_t h = i * 2654435761u + (size_t)r * 40503u + (size_t)dt * 7u;
+    if (op == RCC_PROD)
+        return is_float ? ((h % 7 == 0) ? 2 : (h % 11 == 0) ? -1 : 1) : (int64_t)(h % 251) - 125;
+    if (is_float)
+        return (int64_t)(h % 61) - 30;
+    return (int64_t)(h % 100003) - 50001; /* wraps int8/uint8/int32 sums */
+}
+
+static void store(void *buf, size_t i, rcc_datatype_t dt, int64_t v)
+{
+    switch (dt) {
+    case RCC_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case RCC_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case RCC_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case RCC_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case RCC_INT64: ((int64_t *)buf)[i] = v; break;
+    case RCC_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case RCC_FLOAT16: ((uint16_t *)buf)[i] = rcci_float_to_half((float)v); break;
+    case RCC_BFLOAT16: ((uint16_t *)buf)[i] = rcci_float_to_bf16((float)v); break;
+    case RCC_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case RCC_FLOAT64: ((double *)buf)[i] = (double)v; break;
+    default: abort();
+    }
+}
+
+/* Naive reference: fold the ranks in order with the type's own arithmetic. */
+#define REF_INT(T, UT)                                                                             \
+    {                                                                                              \
+        UT acc = (UT)(T)gen_int(0, i, dt, op);                                                     \
+        for (int r = 1; r < n; r++) {                                                              \
+            T v = (T)gen_int(r, i, dt, op);                                                        \
+            if (op == RCC_SUM || op == RCC_AVG) acc = (UT)(acc + (UT)v);                           \
+            else if (op == RCC_PROD) acc = (UT)(acc * (UT)v);                                      \
+            else if (op == RCC_MAX) acc = (T)acc > v ? acc : (UT)v;                                \
+            else acc = (T)acc < v ? acc : (UT)v;                                                   \
+        }                                                                                          \
+        T res = (T)acc;                                                                            \
+        if (op == RCC_AVG) res = (T)(res / (T)n);                                                  \
+        ((T *)out)[i] = res;                                                                       \
+    }                                                                                              \
+    break;
+
+static void reference(void *out, size_t count, int n, rcc_datatype_t dt, rcc_redop_t op)
+{
+    for (size_t i = 0; i < count; i++) {
+        switch (dt) {
+        case RCC_INT8: REF_INT(int8_t, uint8_t)
+        case RCC_UINT8: REF_INT(uint8_t, uint8_t)
+        case RCC_INT32: REF_INT(int32_t, uint32_t)
+        case RCC_UINT32: REF_INT(uint32_t, uint32_t)
+        case RCC_INT64: REF_INT(int64_t, uint64_t)
+        case RCC_UINT64: REF_INT(uint64_t, uint64_t)
+        default: {
+            double acc = (double)gen_int(0, i, dt, op);
+            for (int r = 1; r < n; r++) {
+                double v = (double)gen_int(r, i, dt, op);
+                acc = op == RCC_SUM || op == RCC_AVG ? acc + v
+                      : op == RCC_PROD               ? acc * v
+                      : op == RCC_MAX                ? fmax(acc, v)
+                                                     : fmin(acc, v);
+            }
+            /* Sums and products are exact integers; AVG divides once in the
+             * accumulation type (float32 for the 16-bit types). */
+            if (dt == RCC_FLOAT64) {
+                ((double *)out)[i] = op == RCC_AVG ? acc / n : acc;
+            } else {
+                float f = op == RCC_AVG ? (float)acc / (float)n : (float)acc;
+                if (dt == RCC_FLOAT32)
+                    ((float *)out)[i] = f;
+                else if (dt == RCC_FLOAT16)
+                    ((uint16_t *)out)[i] = rcci_float_to_half(f);
+                else
+                    ((uint16_t *)out)[i] = rcci_float_to_bf16(f);
+            }
+        }
+        }
+    }
+}
+
+/* One allreduce checked against the reference; 0 when right. */
+static int check_one(rcc_comm_t comm, int rank, int n, size_t count, rcc_datatype_t dt,
+                     rcc_redop_t op, int inplace)
+{
+    size_t es = rcc_datatype_size(dt), bytes = count * es;
+    char *in = malloc(bytes + 1), *out = malloc(bytes + 1), *ref = malloc(bytes + 1);
+    for (size_t i = 0; i < count; i++)
+        store(in, i, dt, gen_int(rank, i, dt, op));
+    char *orig = malloc(bytes + 1);
+    memcpy(orig, in, bytes);
+    memset(out, 0xA5, bytes);
+    rcc_result_t res = rcc_allreduce(in, inplace ? in : out, count, dt, op, comm);
+    if (res != RCC_SUCCESS) {
+        fprintf(stderr, "rank %d: allreduce(%zu %s %s%s) failed: %s: %s\n", rank, count,
+                rcc_datatype_name(dt), rcc_redop_name(op), inplace ? " in-place" : "",
+                rcc_strerror(res), rcc_last_error(comm));
+        return 1;
+    }
+    reference(ref, count, n, dt, op);
+    const char *got = inplace ? in : out;
+    int bad = 0;
+    for (size_t i = 0; i < count && !bad; i++) {
+        if (memcmp(got + i * es, ref + i * es, es) != 0) {
+            fprintf(stderr, "rank %d of %d: allreduce(%zu %s %s%s): element %zu wrong\n", rank, n,
+                    count, rcc_datatype_name(dt), rcc_redop_name(op), inplace ? " in-place" : "",
+                    i);
+            bad = 1;
+        }
+    }
+    if (!inplace && memcmp(in, orig, bytes) != 0) {
+        fprintf(stderr, "rank %d: out-of-place allreduce wrote into sendbuf\n", rank);
+        bad = 1;
+    }
+    free(in), free(out), free(ref), free(orig);
+    return bad;
+}
+
+/* ---- every dtype x op x size, in-place and not ----------------------------- */
+
+static int rank_all_types(int rank, int n, void *arg)
+{
+    (void)arg;
+    rcc_comm_t comm = mp_comm(60000);
+    int size;
+    rcc_comm_size(comm, &size);
+    if (size != n)
+        MP_FAIL("rcc_comm_size %d, expected %d", size, n);
+    int bad = 0;
+    for (int dt = 0; dt < RCC_NUM_DATATYPES; dt++)
+        for (int op = 0; op < RCC_NUM_OPS; op++)
+            for (size_t c = 0; c < NCOUNTS; c++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    bad |= check_one(comm, rank, n, test_counts[c], dt, op, inplace);
+    rcc_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(all_types_ops_sizes)
+{
+    int n = _i; /* 1..5 ranks */
+    ck_assert_int_eq(mp_run(n, rank_all_types, NULL, 600), 0);
+}
+END_TEST
+
+/* ---- 64 MiB, several chunk sizes ------------------------------------------- */
+
+static int rank_large(int rank, int n, void *arg)
+{
+    (void)arg;
+    rcc_comm_t comm = mp_comm(120000);
+    size_t count = (64u << 20) / 4;
+    int bad = check_one(comm, rank, n, count, RCC_FLOAT32, RCC_SUM, 0);
+    bad |= check_one(comm, rank, n, count, RCC_FLOAT32, RCC_MAX, 1);
+    bad |= check_one(comm, rank, n, (64u << 20) / 2 + 7, RCC_BFLOAT16, RCC_AVG, 0);
+    rcc_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(large_64mib)
+{
+    ck_assert_int_eq(mp_run(_i, rank_large, NULL, 600), 0);
+}
+END_TEST
+
+static int rank_small_chunks(int rank, int n, void *arg)
+{
+    (void)arg;
+    /* Tiny chunks: many items per step, slot reuse, window limits. */
+    rcc_config_t config = RCC_CONFIG_INITIALIZER;
+    config.chunk_bytes = 64;
+    config.timeout_ms = 60000;
+    rcc_comm_t comm;
+    if (rcc_comm_init_env(&comm, &config) != RCC_SUCCESS)
+        MP_FAIL("init: %s", rcc_last_error(NULL));
+    int bad = 0;
+    for (size_t c = 0; c < NCOUNTS - 1; c++)
+        bad |= check_one(comm, rank, n, test_counts[c], RCC_INT32, RCC_SUM, c & 1);
+    bad |= check_one(comm, rank, n, 4099, RCC_FLOAT16, RCC_PROD, 0);
+    bad |= check_one(comm, rank, n, 4099, RCC_FLOAT64, RCC_MIN, 1);
+    rcc_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(small_chunks)
+{
+    ck_assert_int_eq(mp_run(_i, rank_small_chunks, NULL, 300), 0);
+}
+END_TEST
+
+/* ---- 1,000 back-to-back small allreduces ------------------------------------ */
+
+static int rank_back_to_back(int rank, int n, void *arg)
+{
+    (void)arg;
+    rcc_comm_t comm = mp_comm(60000);
+    for (int k = 0; k < 1000; k++) {
+        int64_t v[7], expect = 0;
+        size_t count = 1 + (size_t)k % 7;
+        for (size_t i = 0; i < count; i++)
+            v[i] = (int64_t)k * 1000 + rank * 10 + (int64_t)i;
+        for (int r = 0; r < n; r++)
+            expect += (int64_t)k * 1000 + r * 10;
+        if (rcc_allreduce(v, v, count, RCC_INT64, RCC_SUM, comm) != RCC_SUCCESS)
+            MP_FAIL("allreduce %d: %s", k, rcc_last_error(comm));
+        for (size_t i = 0; i < count; i++)
+            if (v[i] != expect + n * (int64_t)i)
+                MP_FAIL("allreduce %d element %zu: %lld, expected %lld", k, i, (long long)v[i],
+                        (long long)(expect + n * (int64_t)i));
+    }
+    rcc_comm_destroy(comm);
+    return 0;
+}
+
+START_TEST(back_to_back_1000)
+{
+    ck_assert_int_eq(mp_run(_i, rank_back_to_back, NULL, 300), 0);
+}
+END_TEST
+
+/* ---- two communicators used alternately ------------------------------------- */
+
+static int rank_two_comms(int rank, int n, void *arg)
+{
+    (void)arg;
+    rcc_comm_t a = mp_comm(60000), b;
+    rcc_unique_id_t id;
+    if (mp_bcast_unique_id(rank, 0, &id) != RCC_SUCCESS)
+        MP_FAIL("unique id: %s", rcc_last_error(NULL));
+    /* The second communicator numbers ranks in reverse. */
+    if (rcc_comm_init_rank(&b, n, id, n - 1 - rank, NULL) != RCC_SUCCESS)
+        MP_FAIL("init_rank: %s", rcc_last_error(NULL));
+    int rb;
+    rcc_comm_rank(b, &rb);
+    if (rb != n - 1 - rank)
+        MP_FAIL("rank in b is %d", rb);
+    for (int k = 0; k < 100; k++) {
+        int bad = check_one(a, rank, n, 1 + (size_t)k * 37, RCC_INT32, RCC_SUM, 0);
+        bad |= check_one(b, rb, n, 1 + (size_t)k * 53, RCC_FLOAT32, RCC_MAX, k & 1);
+        if (bad)
+            MP_FAIL("iteration %d", k);
+    }
+    rcc_comm_destroy(a);
+    rcc_comm_destroy(b);
+    return 0;
+}
+
+START_TEST(two_communicators)
+{
+    ck_assert_int_eq(mp_run(_i, rank_two_comms, NULL, 300), 0);
+}
+END_TEST
+
+/* ---- random floats: every rank ends with the same bits ---------------------- */
+
+static int rank_identical_bits(int rank, int n, void *arg)
+{
+    (void)arg;
+    rcc_comm_t comm = mp_comm(60000);
+    size_t count = 1000003;
+    float *x = malloc(count * sizeof *x);
+    double *exact = calloc(count, sizeof *exact);
+    for (int r = 0; r < n; r++) {
+        srand(1234 + (unsigned)r);
+        for (size_t i = 0; i < count; i++) {
+            float v = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+            exact[i] += v;
+            if (r == rank)
+                x[i] = v;
+        }
+    }
+    if (rcc_allreduce(x, x, count, RCC_FLOAT32, RCC_SUM, comm) != RCC_SUCCESS)
+        MP_FAIL("allreduce: %s", rcc_last_error(comm));
+    for (size_t i = 0; i < count; i++)
+        if (fabs(x[i] - exact[i]) > 1e-5 * n)
+            MP_FAIL("element %zu: %g vs %g", i, x[i], exact[i]);
+    uint64_t *digests = mp_shared(NULL), h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)x;
+    for (size_t i = 0; i < count * sizeof *x; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    digests[rank] = h;
+    float one = 1;
+    rcc_allreduce(&one, &one, 1, RCC_FLOAT32, RCC_SUM, comm); /* all digests written */
+    for (int r = 0; r < n; r++)
+        if (digests[r] != h)
+            MP_FAIL("rank %d's result differs from rank %d's", r, rank);
+    rcc_comm_destroy(comm);
+    free(x), free(exact);
+    return 0;
+}
+
+START_TEST(identical_bits)
+{
+    ck_assert_int_eq(mp_run(_i, rank_identical_bits, NULL, 300), 0);
+}
+END_TEST
+
+/* ---- more than 2^31 elements ------------------------------------------------- */
+
+static int rank_huge(int rank, int n, void *arg)
+{
+    (void)arg;
+    rcc_comm_t comm = mp_comm(120000);
+    size_t count = (1ull << 31) + 11;
+    uint8_t *x = malloc(count);
+    if (!x)
+        MP_FAIL("no memory for %zu bytes", count);
+    for (size_t i = 0; i < count; i++)
+        x[i] = (uint8_t)(i % 251 + (size_t)rank);
+    if (rcc_allreduce(x, x, count, RCC_UINT8, RCC_SUM, comm) != RCC_SUCCESS)
+        MP_FAIL("allreduce: %s", rcc_last_error(comm));
+    for (size_t i = 0; i < count; i++) {
+        uint8_t expect = (uint8_t)(n * (i % 251) + (size_t)(n * (n - 1) / 2));
+        if (x[i] != expect)
+            MP_FAIL("element %zu: %u, expected %u", i, x[i], expect);
+    }
+    free(x);
+    rcc_comm_destroy(comm);
+    return 0;
+}
+
+START_TEST(more_than_2g_elements)
+{
+    ck_assert_int_eq(mp_run(2, rank_huge, NULL, 600), 0);
+}
+END_TEST
+
+/* ---- bad input ---------------------------------------------------------------- */
+
+static int rank_bad_args(int rank, int n, void *arg)
+{
+    (void)arg, (void)n;
+    rcc_comm_t comm = mp_comm(60000);
+    float buf[16] = {0};
+    struct {
+        const void *s;
+        void *r;
+        size_t count;
+        int dt, op;
+        const char *needle;
+    } cases[] = {
+        {NULL, buf, 4, RCC_FLOAT32, RCC_SUM, "sendbuf is NULL"},
+        {buf, NULL, 4, RCC_FLOAT32, RCC_SUM, "recvbuf is NULL"},
+        {buf, buf, 4, 42, RCC_SUM, "datatype 42"},
+        {buf, buf, 4, RCC_FLOAT32, 9, "op 9"},
+        {buf, buf + 1, 4, RCC_FLOAT32, RCC_SUM, "overlap"},
+        {buf, buf, SIZE_MAX / 2, RCC_FLOAT32, RCC_SUM, "overflows"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        rcc_result_t res = rcc_allreduce(cases[k].s, cases[k].r, cases[k].count, cases[k].dt,
+                                         cases[k].op, comm);
+        if (res != RCC_ERR_INVALID_ARGUMENT || !strstr(rcc_last_error(comm), cases[k].needle))
+            MP_FAIL("case %zu: %s / '%s'", k, rcc_result_name(res), rcc_last_error(comm));
+    }
+    if (rcc_allreduce(buf, buf, 4, RCC_FLOAT32, RCC_SUM, NULL) != RCC_ERR_INVALID_ARGUMENT)
+        MP_FAIL("NULL comm accepted");
+    /* The communicator still works after refused calls. */
+    int bad = check_one(comm, rank, n, 1001, RCC_INT32, RCC_SUM, 0);
+    rcc_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(bad_arguments)
+{
+    ck_assert_int_eq(mp_run(3, rank_bad_args, NULL, 120), 0);
+}
+END_TEST
+
+static int rank_bad_env(int rank, int n, void *arg)
+{
+    (void)rank, (void)n, (void)arg;
+    setenv("RCC_CHUNK_BYTES", "12 parsecs", 1);
+    rcc_comm_t comm;
+    rcc_result_t res = rcc_comm_init_env(&comm, NULL);
+    if (res != RCC_ERR_INVALID_ARGUMENT || !strstr(rcc_last_error(NULL), "RCC_CHUNK_BYTES"))
+        MP_FAIL("bad RCC_CHUNK_BYTES: %s '%s'", rcc_result_name(res), rcc_last_error(NULL));
+    unsetenv("RCC_RANK");
+    return 0;
+}
+
+static int rank_no_env(int rank, int n, void *arg)
+{
+    (void)rank, (void)n, (void)arg;
+    unsetenv("RCC_RANK");
+    unsetenv("RCC_NRANKS");
+    rcc_comm_t comm;
+    rcc_result_t res = rcc_comm_init_env(&comm, NULL);
+    if (res != RCC_ERR_INVALID_USAGE || !strstr(rcc_last_error(NULL), "RCC_RANK"))
+        MP_FAIL("no rank: %s '%s'", rcc_result_name(res), rcc_last_error(NULL));
+    setenv("RCC_RANK", "3", 1);
+    setenv("RCC_NRANKS", "2", 1);
+    res = rcc_comm_init_env(&comm, NULL);
+    if (res != RCC_ERR_INVALID_USAGE)
+        MP_FAIL("rank 3 of 2: %s '%s'", rcc_result_name(res), rcc_last_error(NULL));
+    return 0;
+}
+
+START_TEST(bad_environment)
+{
+    ck_assert_int_eq(mp_run(1, rank_bad_env, NULL, 60), 0);
+    ck_assert_int_eq(mp_run(1, rank_no_env, NULL, 60), 0);
+}
+END_TEST
+
+/* torchrun's variables work when RCC_* are absent. */
+static int rank_torchrun_env(int rank, int n, void *arg)
+{
+    (void)arg;
+    char v[16];
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    snprintf(v, sizeof v, "%d", n);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(v, sizeof v, "%d", mp_root_port());
+    setenv("MASTER_PORT", v, 1);
+    unsetenv("RCC_RANK"), unsetenv("RCC_NRANKS"), unsetenv("RCC_ROOT"), unsetenv("RCC_SECRET");
+    rcc_comm_t comm = mp_comm(60000);
+    int bad = check_one(comm, rank, n, 777, RCC_FLOAT64, RCC_SUM, 0);
+    rcc_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(torchrun_environment)
+{
+    ck_assert_int_eq(mp_run(3, rank_torchrun_env, NULL, 120), 0);
+}
+END_TEST
+
+/* ---- strangers, dead peers, silent peers ------------------------------------- */
+
+static void stranger_connect(int port, const void *bytes, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && len)
+        if (write(fd, bytes, len) < 0)
+            perror("stranger write");
+    /* Left open on purpose: a silent stranger must not block the job. */
+}
+
+static int rank_with_stranger(int rank, int n, void *arg)
+{
+    (void)arg, (void)n;
+    if (rank == 2) { /* the stranger: garbage, a forged hello, silence */
+        char garbage[200];
+        memset(garbage, 'x', sizeof garbage);
+        unsigned char forged[96] = {0x52, 0x43, 0x43, 0x48, 1, 0, 1, 0}; /* right magic, no secret */
+        for (int k = 0; k < 50; k++) {
+            stranger_connect(mp_root_port(), garbage, sizeof garbage);
+            stranger_connect(mp_root_port(), forged, sizeof forged);
+            stranger_connect(mp_root_port(), NULL, 0);
+            usleep(10000);
+        }
+        sleep(1);
+        return 0;
+    }
+    setenv("RCC_NRANKS", "2", 1);
+    usleep(100000);
+    rcc_comm_t comm = mp_comm(60000);
+    int bad = check_one(comm, rank, 2, 4097, RCC_INT32, RCC_SUM, 0);
+    rcc_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(strangers_are_dropped)
+{
+    ck_assert_int_eq(mp_run(3, rank_with_stranger, NULL, 120), 0);
+}
+END_TEST
+
+static int rank_peer_dies(int rank, int n, void *arg)
+{
+    (void)arg, (void)n;
+    rcc_comm_t comm = mp_comm(60000);
+    int x[1000] = {0};
+    if (rank == 1)
+        _exit(0); /* dies without a word */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rcc_result_t res = rcc_allreduce(x, x, 1000, RCC_INT32, RCC_SUM, comm);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    if (res != RCC_ERR_PEER_LOST)
+        MP_FAIL("expected RCC_ERR_PEER_LOST, got %s: %s", rcc_result_name(res), rcc_last_error(comm));
+    if (!strstr(rcc_last_error(comm), "rank"))
+        MP_FAIL("error does not name a rank: %s", rcc_last_error(comm));
+    if (s > 10)
+        MP_FAIL("took %.1f s to notice", s);
+    /* Later calls fail at once with the same story. */
+    if (rcc_allreduce(x, x, 10, RCC_INT32, RCC_SUM, comm) == RCC_SUCCESS)
+        MP_FAIL("a broken communicator accepted more work");
+    rcc_comm_destroy(comm);
+    return 0;
+}
+
+START_TEST(peer_death_is_reported)
+{
+    ck_assert_int_eq(mp_run(3, rank_peer_dies, NULL, 120), 0);
+}
+END_TEST
+
+static int rank_silent_peer(int rank, int n, void *arg)
+{
+    (void)arg, (void)n;
+    rcc_comm_t comm = mp_comm(2000);
+    int x[100] = {0};
+    if (rank == 1) {
+        sleep(5); /* never calls the allreduce in time */
+        rcc_comm_destroy(comm);
+        return 0;
+    }
+    rcc_result_t res = rcc_allreduce(x, x, 100, RCC_INT32, RCC_SUM, comm);
+    if (res != RCC_ERR_TIMEOUT)
+        MP_FAIL("expected RCC_ERR_TIMEOUT, got %s: %s", rcc_result_name(res), rcc_last_error(comm));
+    if (!strstr(rcc_last_error(comm), "rank 1"))
+        MP_FAIL("timeout does not name rank 1: %s", rcc_last_error(comm));
+    rcc_comm_destroy(comm);
+    return 0;
+}
+
+START_TEST(silent_peer_times_out)
+{
+    ck_assert_int_eq(mp_run(2, rank_silent_peer, NULL, 60), 0);
+}
+END_TEST
+
+static Suite *allreduce_suite(void)
+{
+    Suite *s = suite_create("mp_allreduce");
+    TCase *tc = tcase_create("correctness");
+    tcase_set_timeout(tc, 900);
+    tcase_add_loop_test(tc, all_types_ops_sizes, 1, 6);
+    tcase_add_loop_test(tc, large_64mib, 2, 6);
+    tcase_add_loop_test(tc, small_chunks, 2, 6);
+    tcase_add_loop_test(tc, back_to_back_1000, 1, 6);
+    tcase_add_loop_test(tc, two_communicators, 1, 6);
+    tcase_add_loop_test(tc, identical_bits, 2, 6);
+    tcase_add_test(tc, more_than_2g_elements);
+    suite_add_tcase(s, tc);
+    TCase *errors = tcase_create("errors");
+    tcase_set_timeout(errors, 300);
+    tcase_add_test(errors, bad_arguments);
+    tcase_add_test(errors, bad_environment);
+    tcase_add_test(errors, torchrun_environment);
+    tcase_add_test(errors, strangers_are_dropped);
+    tcase_add_test(errors, peer_death_is_reported);
+    tcase_add_test(errors, silent_peer_times_out);
+    suite_add_tcase(s, errors);
+    return s;
+}
+
+RCC_TEST_MAIN(allreduce_suite)

@@ -1,0 +1,300 @@
+#!/usr/bin/env bash
+# Tests ringcc-run and ringcc-perf the way a user runs them.
+#
+#   test_launcher.sh /path/to/ringcc-run /path/to/ringcc-perf
+#
+# Prints each command it runs and "ok:"/"FAIL:" per check; exits 0 when every check passed,
+# 1 otherwise (with the list of failed checks). Every command runs under timeout(1), so a hung
+# launcher fails the test instead of hanging it.
+#
+# The rank commands are single-quoted on purpose: $RCC_RANK must expand in the rank's shell,
+# not here.
+# shellcheck disable=SC2016
+set -euo pipefail
+
+if [[ $# -ne 2 ]]; then
+    echo "usage: $0 RINGCC_RUN RINGCC_PERF" >&2
+    exit 2
+fi
+RUN=$1
+PERF=$2
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_launcher.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+# Unique per run, so the orphan checks cannot see another test's sleeps.
+MARK="4242.$$"
+
+failed=()
+rc=0
+elapsed_ms=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    failed+=("$*")
+    if [[ -s $TMP/out || -s $TMP/err ]]; then
+        echo "  --- stdout (last 20 lines) ---" >&2
+        tail -n 20 "$TMP/out" >&2 || true
+        echo "  --- stderr (last 20 lines) ---" >&2
+        tail -n 20 "$TMP/err" >&2 || true
+    fi
+}
+
+pass() {
+    echo "ok: $*"
+}
+
+now_ms() {
+    if [[ -n ${EPOCHREALTIME:-} ]]; then
+        local t=${EPOCHREALTIME/[.,]/}
+        echo $((10#$t / 1000))
+    else
+        echo $(($(date +%s%N) / 1000000))
+    fi
+}
+
+# run SECONDS CMD...: runs CMD with stdout and stderr captured in $TMP/out and $TMP/err; sets
+# rc and elapsed_ms. A command still running after SECONDS gets SIGTERM (rc 124), SIGKILL 5 s
+# later.
+run() {
+    local limit=$1
+    shift
+    echo "+ $(printf '%q ' "$@")"
+    local start
+    start=$(now_ms)
+    rc=0
+    timeout -k 5 "$limit" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null || rc=$?
+    elapsed_ms=$(($(now_ms) - start))
+}
+
+# Pids of live processes whose command line contains $1. Bash builtins only: a grep or pgrep
+# would carry the pattern in its own command line and find itself.
+procs_with() {
+    local p cmd args
+    for p in /proc/[0-9]*; do
+        [[ $p == "/proc/$$" ]] && continue
+        mapfile -d '' -t args 2>/dev/null <"$p/cmdline" || continue
+        cmd="${args[*]:-}"
+        [[ $cmd == *"$1"* ]] && echo "${p#/proc/}"
+    done
+    return 0
+}
+
+# expect_no_orphans WHAT: no process of the check (marked with $MARK) may outlive the launcher.
+# Ranks killed by SIGKILL vanish at once; give the kernel a moment for the ones reparented to
+# init.
+expect_no_orphans() {
+    local left
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        left=$(procs_with "sleep $MARK")
+        [[ -z $left ]] && return 0
+        sleep 0.2
+    done
+    fail "$1: processes left running: $(echo "$left" | tr '\n' ' ')"
+    return 1
+}
+
+expect_rc() { # expect_rc WANT WHAT
+    if [[ $rc -ne $1 ]]; then
+        fail "$2: exit status $rc, expected $1"
+        return 1
+    fi
+}
+
+expect_in() { # expect_in FILE FIXED-STRING WHAT
+    if ! grep -qF -- "$2" "$TMP/$1"; then
+        fail "$3: '$2' not in $1"
+        return 1
+    fi
+}
+
+# ------------------------------------------------------------------------------------------
+echo "== (a) output, environment, arguments"
+
+run 30 "$RUN" -n 3 sh -c 'echo hi $RCC_RANK'
+ok=1
+expect_rc 0 "(a) echo" || ok=0
+for r in 0 1 2; do
+    grep -qxF "[$r] hi $r" "$TMP/out" || { fail "(a) echo: no line '[$r] hi $r'"; ok=0; }
+done
+[[ $(wc -l <"$TMP/out") -eq 3 ]] || { fail "(a) echo: expected exactly 3 lines"; ok=0; }
+[[ $ok -eq 1 ]] && pass "(a) -n 3 prints [0] hi 0 .. [2] hi 2"
+
+run 30 "$RUN" -n 2 sh -c 'echo oops $RCC_RANK >&2'
+if expect_rc 0 "(a) stderr" && grep -qxF "[1] oops 1" "$TMP/err" && [[ ! -s $TMP/out ]]; then
+    pass "(a) stderr lines go to stderr, prefixed"
+else
+    fail "(a) stderr: expected '[1] oops 1' on stderr and nothing on stdout"
+fi
+
+run 30 "$RUN" -n 2 sh -c 'echo "$RCC_RANK $RCC_NRANKS $RCC_ROOT $RCC_SECRET"'
+if expect_rc 0 "(a) env" &&
+    grep -qE '^\[0\] 0 2 127\.0\.0\.1:[0-9]+ [0-9a-f]{64}$' "$TMP/out" &&
+    grep -qE '^\[1\] 1 2 127\.0\.0\.1:[0-9]+ [0-9a-f]{64}$' "$TMP/out" &&
+    [[ $(cut -d' ' -f4,5 "$TMP/out" | sort -u | wc -l) -eq 1 ]]; then
+    pass "(a) RCC_RANK, RCC_NRANKS, RCC_ROOT=127.0.0.1:PORT, RCC_SECRET (64 hex) set, shared"
+else
+    fail "(a) env: unexpected RCC_* variables"
+fi
+
+run 30 env RCC_ROOT=127.0.0.1:1 RCC_SECRET=00ff "$RUN" -n 2 sh -c 'echo $RCC_ROOT $RCC_SECRET'
+if expect_rc 0 "(a) user env" && [[ $(grep -cxE '\[[01]\] 127\.0\.0\.1:1 00ff' "$TMP/out") -eq 2 ]]
+then
+    pass "(a) RCC_ROOT and RCC_SECRET set by the user are kept"
+else
+    fail "(a) user env: RCC_ROOT/RCC_SECRET were overridden"
+fi
+
+run 30 "$RUN" --no-prefix -n 2 sh -c 'echo plain'
+if expect_rc 0 "(a) --no-prefix" && [[ $(grep -cxF plain "$TMP/out") -eq 2 ]]; then
+    pass "(a) --no-prefix"
+else
+    fail "(a) --no-prefix: expected two unprefixed lines"
+fi
+
+run 30 "$RUN" -n 2 sh -c 'printf "no newline $RCC_RANK"'
+if expect_rc 0 "(a) partial" && grep -qxF "[0] no newline 0" "$TMP/out" &&
+    grep -qxF "[1] no newline 1" "$TMP/out"; then
+    pass "(a) a partial last line is flushed"
+else
+    fail "(a) partial last line lost or merged"
+fi
+
+# Lines of 4 busy ranks on both streams, up to 3 KB long: none may be cut or mixed.
+run 60 "$RUN" -n 4 sh -c 'awk -v r=$RCC_RANK "BEGIN { for (i = 0; i < 400; i++) {
+    s = sprintf(\"r%d-%d-\", r, i); n = (i * 97) % 3000;
+    for (j = 0; j < n; j++) s = s \"x\"; print s; print s > \"/dev/stderr\" } }"'
+bad_out=$(grep -cvE '^\[([0-3])\] r\1-[0-9]+-x*$' "$TMP/out" || true)
+bad_err=$(grep -cvE '^\[([0-3])\] r\1-[0-9]+-x*$' "$TMP/err" || true)
+if expect_rc 0 "(a) interleaving" && [[ $(wc -l <"$TMP/out") -eq 1600 ]] &&
+    [[ $(wc -l <"$TMP/err") -eq 1600 ]] && [[ $bad_out -eq 0 && $bad_err -eq 0 ]]; then
+    pass "(a) 4 ranks x 400 long lines on stdout and stderr, none cut or mixed"
+else
+    fail "(a) interleaving: $(wc -l <"$TMP/out") stdout lines ($bad_out bad)," \
+        "$(wc -l <"$TMP/err") stderr lines ($bad_err bad), expected 1600 good each"
+fi
+
+for args in "-n 0 true" "-n 1025 true" "-n abc true" "-n 2" "true" "--bogus -n 1 true" \
+    "--timeout -1 -n 1 true" "-n"; do
+    # shellcheck disable=SC2086 # split on purpose
+    run 10 "$RUN" $args
+    if expect_rc 2 "(a) bad arguments '$args'" && [[ -s $TMP/err ]]; then
+        pass "(a) '$args' is refused with status 2"
+    fi
+done
+
+run 10 "$RUN" -n 2 no-such-program-$$
+expect_rc 127 "(a) missing program" && expect_in err "no-such-program-$$" "(a) missing program" &&
+    pass "(a) a missing program gives 127"
+
+run 10 "$RUN" --help
+if expect_rc 0 "(a) --help"; then
+    ok=1
+    for word in RCC_RANK RCC_NRANKS RCC_ROOT RCC_SECRET --timeout --no-prefix SIGTERM; do
+        expect_in out "$word" "(a) --help documents $word" || ok=0
+    done
+    [[ $ok -eq 1 ]] && pass "(a) --help documents options and environment"
+fi
+
+# ------------------------------------------------------------------------------------------
+echo "== (b) failures, signals, cleanup"
+
+run 10 "$RUN" -n 3 sh -c 'if [ "$RCC_RANK" = 1 ]; then exit 7; fi; sleep '"$MARK"
+if expect_rc 7 "(b) exit 7" && expect_in err "rank 1" "(b) exit 7" &&
+    expect_in err "status 7" "(b) exit 7" && expect_no_orphans "(b) exit 7"; then
+    pass "(b) a rank exiting 7 stops the job with status 7 in ${elapsed_ms} ms"
+fi
+
+run 10 "$RUN" -n 3 sh -c 'if [ "$RCC_RANK" = 2 ]; then kill -SEGV $$; fi; sleep '"$MARK"
+if expect_rc 139 "(b) SIGSEGV" && expect_in err "rank 2" "(b) SIGSEGV" &&
+    expect_in err "signal 11" "(b) SIGSEGV" && expect_no_orphans "(b) SIGSEGV"; then
+    pass "(b) a rank killed by SIGSEGV gives 139 in ${elapsed_ms} ms"
+fi
+
+# Ranks that ignore SIGTERM get SIGKILL after the 5 s grace period.
+run 15 "$RUN" -n 3 sh -c 'trap "" TERM; [ "$RCC_RANK" = 0 ] && exit 3; sleep '"$MARK"
+if expect_rc 3 "(b) SIGTERM ignored" && expect_in err "SIGKILL" "(b) SIGTERM ignored" &&
+    expect_no_orphans "(b) SIGTERM ignored"; then
+    if [[ $elapsed_ms -ge 4000 && $elapsed_ms -lt 10000 ]]; then
+        pass "(b) ranks ignoring SIGTERM are killed after the grace period (${elapsed_ms} ms)"
+    else
+        fail "(b) SIGTERM ignored: took ${elapsed_ms} ms, expected about 5000"
+    fi
+fi
+
+run 10 "$RUN" --timeout 1 -n 2 sleep "$MARK"
+if expect_rc 124 "(b) --timeout" && expect_in err "timed out" "(b) --timeout" &&
+    expect_no_orphans "(b) --timeout"; then
+    pass "(b) --timeout 1 stops the job with 124 in ${elapsed_ms} ms"
+fi
+
+# SIGTERM to the launcher reaches the ranks; the launcher then dies of SIGTERM (143).
+echo "+ $RUN -n 3 sleep $MARK &; kill -TERM"
+rc=0
+"$RUN" -n 3 sleep "$MARK" >"$TMP/out" 2>"$TMP/err" </dev/null &
+launcher=$!
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+    [[ $(procs_with "sleep $MARK" | grep -c .) -ge 4 ]] && break # launcher + 3 ranks
+    sleep 0.1
+done
+kill -TERM "$launcher" 2>/dev/null || true # an early exit is caught by expect_rc
+for _ in $(seq 100); do # wait, but not forever: a broken launcher may ignore SIGTERM
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.1
+done
+if kill -0 "$launcher" 2>/dev/null; then
+    fail "(b) SIGTERM to the launcher: still running 10 s later"
+    kill -KILL "$launcher" 2>/dev/null || true
+fi
+wait "$launcher" || rc=$?
+if expect_rc 143 "(b) SIGTERM to the launcher" && expect_no_orphans "(b) SIGTERM to the launcher"
+then
+    pass "(b) SIGTERM to the launcher is forwarded to the ranks"
+fi
+
+# Background processes a successful job leaves behind do not survive it.
+run 10 "$RUN" -n 2 sh -c 'sleep '"$MARK"' & echo started'
+if expect_rc 0 "(b) leftovers" && expect_no_orphans "(b) leftovers"; then
+    pass "(b) leftover background processes of the ranks are killed"
+fi
+
+# ------------------------------------------------------------------------------------------
+echo "== (c), (d) ringcc-perf under ringcc-run"
+
+# perf_rows WANT WHAT: the table has WANT rows, none with wrong values, and the OK summary.
+perf_rows() {
+    local rows wrong
+    rows=$(grep -cE '^\[0\] +[0-9]+ +[0-9]+ ' "$TMP/out" || true)
+    wrong=$(grep -E '^\[0\] +[0-9]+ +[0-9]+ ' "$TMP/out" | awk '$NF != "0"' | wc -l)
+    if [[ $rows -ne $1 ]]; then
+        fail "$2: $rows result rows, expected $1"
+        return 1
+    fi
+    if [[ $wrong -ne 0 ]]; then
+        fail "$2: $wrong rows with wrong values"
+        return 1
+    fi
+    expect_in out "# Out of bounds values : 0 OK" "$2" && expect_in out "Avg bus bandwidth" "$2"
+}
+
+if [[ ! -x $PERF ]]; then
+    fail "(c) (d): $PERF is not an executable"
+else
+    # Sizes 8, 32, ..., 1M: 9 rows.
+    run 240 "$RUN" -n 4 "$PERF" -b 8 -e 1M -f 4 -n 3 -w 1
+    if expect_rc 0 "(c) perf -n 4" && perf_rows 9 "(c) perf -n 4"; then
+        pass "(c) ringcc-perf on 4 ranks: 9 rows, no wrong values (${elapsed_ms} ms)"
+    fi
+
+    # Sizes 1, 4, ..., 4K (7) x 10 types x 5 ops.
+    run 240 "$RUN" -n 3 "$PERF" -b 1 -e 4K -f 4 -n 2 -w 1 -d all -o all
+    if expect_rc 0 "(d) perf -d all -o all" && perf_rows 350 "(d) perf -d all -o all"; then
+        pass "(d) ringcc-perf on 3 ranks, every type and op: 350 rows exact (${elapsed_ms} ms)"
+    fi
+fi
+
+# ------------------------------------------------------------------------------------------
+if [[ ${#failed[@]} -ne 0 ]]; then
+    echo "${#failed[@]} check(s) failed:" >&2
+    printf '  %s\n' "${failed[@]}" >&2
+    exit 1
+fi
+echo "all launcher and benchmark checks passed"

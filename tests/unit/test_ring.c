@@ -1,0 +1,182 @@
+/*
+ * Ring allreduce schedule: arithmetic properties, and a simulation of all
+ * ranks exchanging items through in-memory FIFOs, executed in a scrambled
+ * but dependency-respecting order, against a naive reference sum.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../check_main.h"
+
+#include "coll/ring.h"
+
+START_TEST(segments_tile_the_buffer)
+{
+    for (int n = 1; n <= 9; n++) {
+        for (size_t count = 0; count < 200; count += 1 + count / 7) {
+            size_t next = 0;
+            for (int s = 0; s < n; s++) {
+                rcci_span_t seg = rcci_ring_segment(count, n, s);
+                ck_assert_uint_eq(seg.offset, next);
+                ck_assert(seg.count == count / (size_t)n || seg.count == count / (size_t)n + 1);
+                next += seg.count;
+                for (size_t nc = 1; nc <= 5; nc++) {
+                    size_t cnext = seg.offset;
+                    for (size_t c = 0; c < nc; c++) {
+                        rcci_span_t ch = rcci_ring_chunk(seg, nc, c);
+                        ck_assert_uint_eq(ch.offset, cnext);
+                        cnext += ch.count;
+                    }
+                    ck_assert_uint_eq(cnext, seg.offset + seg.count);
+                }
+            }
+            ck_assert_uint_eq(next, count);
+        }
+    }
+}
+END_TEST
+
+START_TEST(huge_counts_do_not_overflow)
+{
+    size_t count = (1ull << 33) + 5;
+    rcci_span_t last = rcci_ring_segment(count, 7, 6);
+    ck_assert_uint_eq(last.offset + last.count, count);
+    rcci_ring_plan_t p;
+    rcci_ring_allreduce_plan(&p, count, 7, 3, 1 << 18);
+    rcci_span_t seg = rcci_ring_segment(count, 7, 0);
+    ck_assert_uint_ge(p.nchunks * (1 << 18), seg.count);
+    rcci_ring_item_t it;
+    rcci_ring_allreduce_send(&p, rcci_ring_items(&p) - 1, &it);
+    ck_assert_int_eq(it.step, 11);
+}
+END_TEST
+
+/* What rank r sends at item k is what rank r+1 receives at item k. */
+START_TEST(edges_agree)
+{
+    for (int n = 2; n <= 7; n++) {
+        for (size_t count = 0; count < 60; count += 3) {
+            for (size_t ce = 1; ce < 9; ce += 3) {
+                rcci_ring_plan_t ps[7];
+                for (int r = 0; r < n; r++)
+                    rcci_ring_allreduce_plan(&ps[r], count, n, r, ce);
+                for (int r = 0; r < n; r++) {
+                    ck_assert_uint_eq(rcci_ring_items(&ps[r]), rcci_ring_items(&ps[0]));
+                    for (size_t k = 0; k < rcci_ring_items(&ps[r]); k++) {
+                        rcci_ring_item_t s, v;
+                        rcci_ring_allreduce_send(&ps[r], k, &s);
+                        rcci_ring_allreduce_recv(&ps[(r + 1) % n], k, &v);
+                        ck_assert_int_eq(s.segment, v.segment);
+                        ck_assert_uint_eq(s.span.offset, v.span.offset);
+                        ck_assert_uint_eq(s.span.count, v.span.count);
+                        ck_assert_uint_le(s.span.count, ce);
+                    }
+                }
+            }
+        }
+    }
+}
+END_TEST
+
+/* Simulation: every rank's items run through per-edge FIFOs; the receiver
+ * reduces exactly as the engine does. The order in which ranks act is
+ * pseudo-random, so any legal interleaving is exercised. */
+typedef struct {
+    int64_t *data[64];
+    size_t head, tail;
+} fifo_t;
+
+static void simulate(int n, size_t count, size_t ce, unsigned seed, int inplace)
+{
+    rcci_ring_plan_t plan[16];
+    int64_t *in[16], *out[16];
+    fifo_t fifo[16]; /* fifo[r]: from rank r to rank r+1 */
+    size_t sent[16] = {0}, recvd[16] = {0};
+    memset(fifo, 0, sizeof fifo);
+    for (int r = 0; r < n; r++) {
+        rcci_ring_allreduce_plan(&plan[r], count, n, r, ce);
+        in[r] = malloc((count + 1) * sizeof(int64_t));
+        out[r] = inplace ? in[r] : malloc((count + 1) * sizeof(int64_t));
+        for (size_t i = 0; i < count; i++) {
+            in[r][i] = (int64_t)(i * 31 + (size_t)r * 1000003);
+            if (!inplace)
+                out[r][i] = -7; /* garbage the algorithm must overwrite */
+        }
+    }
+    size_t items = rcci_ring_items(&plan[0]);
+    srand(seed);
+    int active = n;
+    while (active > 0) {
+        int r = rand() % n;
+        int is_send = rand() & 1;
+        if (is_send && sent[r] < items) {
+            long dep = rcci_ring_allreduce_send_dep(&plan[r], sent[r]);
+            fifo_t *f = &fifo[r];
+            if ((dep < 0 || (size_t)dep < recvd[r]) && f->tail - f->head < 64) {
+                rcci_ring_item_t it;
+                rcci_ring_allreduce_send(&plan[r], sent[r], &it);
+                int64_t *msg = malloc((it.span.count + 1) * sizeof *msg);
+                memcpy(msg, (it.from_input ? in[r] : out[r]) + it.span.offset,
+                       it.span.count * sizeof *msg);
+                f->data[f->tail++ % 64] = msg;
+                sent[r]++;
+            }
+        } else if (!is_send && recvd[r] < items) {
+            fifo_t *f = &fifo[(r + n - 1) % n];
+            if (f->head < f->tail) {
+                int64_t *msg = f->data[f->head++ % 64];
+                rcci_ring_item_t it;
+                rcci_ring_allreduce_recv(&plan[r], recvd[r], &it);
+                for (size_t i = 0; i < it.span.count; i++) {
+                    size_t at = it.span.offset + i;
+                    out[r][at] = it.reduce ? in[r][at] + msg[i] : msg[i];
+                }
+                free(msg);
+                recvd[r]++;
+            }
+        }
+        active = 0;
+        for (int q = 0; q < n; q++)
+            active += sent[q] < items || recvd[q] < items;
+    }
+    for (size_t i = 0; i < count; i++) {
+        int64_t expect = 0;
+        for (int r = 0; r < n; r++)
+            expect += (int64_t)(i * 31 + (size_t)r * 1000003);
+        for (int r = 0; r < n; r++)
+            ck_assert_msg(out[r][i] == expect, "n=%d count=%zu ce=%zu inplace=%d: rank %d elem %zu",
+                          n, count, ce, inplace, r, i);
+    }
+    for (int r = 0; r < n; r++) {
+        if (!inplace)
+            free(out[r]);
+        free(in[r]);
+    }
+}
+
+START_TEST(simulated_ring_reduces_correctly)
+{
+    static const size_t counts[] = {0, 1, 2, 3, 5, 7, 11, 13, 64, 101, 257};
+    for (int n = 2; n <= 9; n++)
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+            for (size_t ce = 1; ce <= 17; ce += 8)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    simulate(n, counts[c], ce, (unsigned)(n * 1000 + c * 10 + ce), inplace);
+}
+END_TEST
+
+static Suite *ring_suite(void)
+{
+    Suite *s = suite_create("ring_schedule");
+    TCase *tc = tcase_create("ring");
+    tcase_add_test(tc, segments_tile_the_buffer);
+    tcase_add_test(tc, huge_counts_do_not_overflow);
+    tcase_add_test(tc, edges_agree);
+    tcase_add_test(tc, simulated_ring_reduces_correctly);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RCC_TEST_MAIN(ring_suite)

@@ -1,0 +1,19 @@
+/* The transports built into this library, in priority order: the first
+ * whose can_connect accepts a peer wins (RCC_TRANSPORT overrides). */
+#include "err.h"
+#include "transport.h"
+
+extern const rcci_transport_t rcci_transport_tcp;
+
+const rcci_transport_t *const rcci_transports[] = {
+    &rcci_transport_tcp,
+    NULL,
+};
+
+rcc_result_t rcci_transport_unsupported_write(rcci_conn_t *conn, const void *buf, size_t bytes,
+                                              rcci_mr_t *mr, const void *remote_key,
+                                              uint64_t remote_offset, rcci_request_t **req)
+{
+    (void)conn, (void)buf, (void)bytes, (void)mr, (void)remote_key, (void)remote_offset, (void)req;
+    return rcci_error(RCC_ERR_UNSUPPORTED, "this transport has no one-sided write");
+}

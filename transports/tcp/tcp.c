@@ -1,0 +1,395 @@
+/*
+ * The TCP transport: one nonblocking socket per connection, messages framed
+ * by wire.h headers, sends and receives queued per connection in FIFO order
+ * and moved with writev/readv straight from and into the caller's buffers.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "log.h"
+#include "params.h"
+#include "socket.h"
+#include "transport.h"
+#include "wire.h"
+
+#define TCP_IOV_MAX 64 /* iovecs per readv/writev: batches small messages */
+
+typedef struct {
+    rcci_transport_env_t env;
+} tcp_ctx_t;
+
+struct rcci_listener {
+    tcp_ctx_t *ctx;
+    rcci_acceptor_t *acceptor;
+};
+
+struct rcci_request {
+    struct rcci_conn *conn;
+    struct rcci_request *next;
+    char *buf;
+    size_t bytes;
+    size_t moved; /* header and payload bytes moved so far */
+    uint32_t seq;
+    int complete;
+    uint8_t header[RCCI_WIRE_HEADER_BYTES];
+};
+
+typedef struct {
+    struct rcci_request *head, *tail;
+} tcp_queue_t;
+
+struct rcci_conn {
+    tcp_ctx_t *ctx;
+    int fd;
+    rcc_result_t failed; /* sticky: a broken stream cannot be resynchronised */
+    char failure[256];
+    char peer[96];
+    tcp_queue_t sends, recvs;
+};
+
+static void tcp_queue_push(tcp_queue_t *q, struct rcci_request *r)
+{
+    r->next = NULL;
+    if (q->tail)
+        q->tail->next = r;
+    else
+        q->head = r;
+    q->tail = r;
+}
+
+static struct rcci_request *tcp_queue_pop(tcp_queue_t *q)
+{
+    struct rcci_request *r = q->head;
+    q->head = r->next;
+    if (!q->head)
+        q->tail = NULL;
+    return r;
+}
+
+static rcc_result_t tcp_init(const rcci_transport_env_t *env, void **tctx)
+{
+    tcp_ctx_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return rcci_error(RCC_ERR_NO_MEMORY, "tcp context");
+    ctx->env = *env;
+    *tctx = ctx;
+    return RCC_SUCCESS;
+}
+
+static void tcp_fini(void *tctx) { free(tctx); }
+
+static rcc_result_t tcp_can_connect(void *tctx, const rcci_peer_info_t *me,
+                                    const rcci_peer_info_t *peer, int *priority)
+{
+    (void)tctx, (void)me, (void)peer;
+    *priority = 0; /* reaches everyone; the fallback */
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t tcp_listen(void *tctx, void *handle, rcci_listener_t **out)
+{
+    tcp_ctx_t *ctx = tctx;
+    rcci_addr_t local = {.len = ctx->env.local_addr_len}, bound;
+    memcpy(&local.u, &ctx->env.local_addr, local.len);
+    rcci_addr_set_port(&local, 0);
+    int fd;
+    rcc_result_t res = rcci_sock_listen(&local, &fd, &bound);
+    if (res != RCC_SUCCESS)
+        return res;
+    rcci_listener_t *l = calloc(1, sizeof *l);
+    if (!l) {
+        close(fd);
+        return rcci_error(RCC_ERR_NO_MEMORY, "tcp listener");
+    }
+    l->ctx = ctx;
+    res = rcci_acceptor_create(fd, ctx->env.secret, ctx->env.comm_id, &l->acceptor);
+    if (res != RCC_SUCCESS) {
+        close(fd);
+        free(l);
+        return res;
+    }
+    memset(handle, 0, RCCI_HANDLE_BYTES);
+    rcci_addr_to_wire(&bound, (rcci_wire_addr_t *)handle);
+    *out = l;
+    return RCC_SUCCESS;
+}
+
+static void tcp_close_listener(rcci_listener_t *l)
+{
+    if (!l)
+        return;
+    rcci_acceptor_destroy(l->acceptor);
+    free(l);
+}
+
+/* Socket options for bulk data; the connection then runs nonblocking. */
+static rcc_result_t tcp_conn_new(tcp_ctx_t *ctx, int fd, const char *peer, rcci_conn_t **out)
+{
+    int64_t buf = rcci_param_int(RCCI_PARAM_SOCKET_BUF_BYTES);
+    if (buf > 0) {
+        int v = (int)buf;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    rcc_result_t res = rcci_sock_set_nonblocking(fd, 1);
+    if (res != RCC_SUCCESS)
+        return res;
+    rcci_conn_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return rcci_error(RCC_ERR_NO_MEMORY, "tcp connection");
+    c->ctx = ctx;
+    c->fd = fd;
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
+    *out = c;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t tcp_connect(void *tctx, const void *handle, uint32_t tag, int64_t deadline_ns,
+                                rcci_conn_t **out)
+{
+    tcp_ctx_t *ctx = tctx;
+    rcci_addr_t addr;
+    rcc_result_t res = rcci_addr_from_wire(handle, &addr);
+    if (res != RCC_SUCCESS)
+        return res;
+    char text[80];
+    rcci_addr_format(&addr, text, sizeof text);
+    int fd;
+    res = rcci_sock_connect(&addr, deadline_ns, 1, &fd);
+    if (res != RCC_SUCCESS)
+        return res;
+    rcci_hello_t hello = {.kind = RCCI_HELLO_TCP, .rank = ctx->env.rank,
+                          .nranks = ctx->env.nranks, .tag = tag, .comm_id = ctx->env.comm_id};
+    res = rcci_hello_send(fd, &hello, ctx->env.secret, deadline_ns);
+    if (res == RCC_SUCCESS)
+        res = tcp_conn_new(ctx, fd, text, out);
+    if (res != RCC_SUCCESS)
+        close(fd);
+    return res;
+}
+
+static rcc_result_t tcp_accept(rcci_listener_t *l, int peer_rank, uint32_t tag, int64_t deadline_ns,
+                               rcci_conn_t **out)
+{
+    int fd;
+    rcci_hello_t hello;
+    rcc_result_t res =
+        rcci_acceptor_accept(l->acceptor, RCCI_HELLO_TCP, peer_rank, tag, deadline_ns, &fd, &hello);
+    if (res != RCC_SUCCESS)
+        return res;
+    rcci_addr_t from = {.len = sizeof from.u};
+    char text[80] = "?";
+    if (getpeername(fd, &from.u.sa, &from.len) == 0)
+        rcci_addr_format(&from, text, sizeof text);
+    res = tcp_conn_new(l->ctx, fd, text, out);
+    if (res != RCC_SUCCESS)
+        close(fd);
+    return res;
+}
+
+static rcc_result_t tcp_reg_mem(void *tctx, void *ptr, size_t bytes, rcci_mem_type_t type,
+                                rcci_mr_t **mr)
+{
+    (void)tctx, (void)ptr, (void)bytes;
+    if (type != RCCI_MEM_HOST)
+        return rcci_error(RCC_ERR_UNSUPPORTED, "the tcp transport moves host memory only");
+    *mr = NULL;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t tcp_dereg_mem(void *tctx, rcci_mr_t *mr)
+{
+    (void)tctx, (void)mr;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t tcp_post(rcci_conn_t *c, int is_send, const void *buf, size_t bytes,
+                             uint32_t seq, rcci_request_t **out)
+{
+    if (c->failed != RCC_SUCCESS)
+        return rcci_error(c->failed, "%s", c->failure);
+    rcci_request_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return rcci_error(RCC_ERR_NO_MEMORY, "tcp request");
+    r->conn = c;
+    r->buf = (char *)buf;
+    r->bytes = bytes;
+    r->seq = seq;
+    if (is_send)
+        rcci_wire_encode(r->header, seq, bytes);
+    tcp_queue_push(is_send ? &c->sends : &c->recvs, r);
+    *out = r;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t tcp_isend(rcci_conn_t *c, const void *buf, size_t bytes, uint32_t seq,
+                              rcci_mr_t *mr, rcci_request_t **req)
+{
+    (void)mr;
+    return tcp_post(c, 1, buf, bytes, seq, req);
+}
+
+static rcc_result_t tcp_irecv(rcci_conn_t *c, void *buf, size_t bytes, uint32_t seq, rcci_mr_t *mr,
+                              rcci_request_t **req)
+{
+    (void)mr;
+    return tcp_post(c, 0, buf, bytes, seq, req);
+}
+
+static rcc_result_t tcp_fail(rcci_conn_t *c, rcc_result_t code)
+{
+    c->failed = code;
+    snprintf(c->failure, sizeof c->failure, "%s", rcci_tls_error());
+    return code;
+}
+
+/* iovecs covering what is left of the queued messages, from the head on. */
+static int tcp_gather(tcp_queue_t *q, struct iovec *iov)
+{
+    int n = 0;
+    for (struct rcci_request *r = q->head; r && n + 2 <= TCP_IOV_MAX; r = r->next) {
+        if (r->moved < RCCI_WIRE_HEADER_BYTES)
+            iov[n++] = (struct iovec){r->header + r->moved, RCCI_WIRE_HEADER_BYTES - r->moved};
+        size_t done = r->moved > RCCI_WIRE_HEADER_BYTES ? r->moved - RCCI_WIRE_HEADER_BYTES : 0;
+        if (r->bytes > done)
+            iov[n++] = (struct iovec){r->buf + done, r->bytes - done};
+    }
+    return n;
+}
+
+/* Credits `n` moved bytes to the queue in order, completing messages.
+ * Received headers are validated as soon as they are whole. */
+static rcc_result_t tcp_advance(rcci_conn_t *c, tcp_queue_t *q, size_t n, int is_recv)
+{
+    while (n > 0) {
+        struct rcci_request *r = q->head;
+        size_t total = RCCI_WIRE_HEADER_BYTES + r->bytes;
+        size_t take = total - r->moved < n ? total - r->moved : n;
+        int header_was_partial = r->moved < RCCI_WIRE_HEADER_BYTES;
+        r->moved += take;
+        n -= take;
+        if (is_recv && header_was_partial && r->moved >= RCCI_WIRE_HEADER_BYTES) {
+            rcc_result_t res = rcci_wire_check(r->header, r->seq, r->bytes, c->peer);
+            if (res != RCC_SUCCESS)
+                return tcp_fail(c, res);
+        }
+        if (r->moved == total) {
+            r->complete = 1;
+            tcp_queue_pop(q);
+        }
+    }
+    return RCC_SUCCESS;
+}
+
+/* Moves as many bytes as the socket takes/gives now, in both directions. */
+static rcc_result_t tcp_drive(rcci_conn_t *c)
+{
+    struct iovec iov[TCP_IOV_MAX];
+    while (c->failed == RCC_SUCCESS && c->sends.head) {
+        int n = tcp_gather(&c->sends, iov);
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                break;
+            int lost = errno == EPIPE || errno == ECONNRESET;
+            return tcp_fail(c, rcci_error_errno(lost ? RCC_ERR_PEER_LOST : RCC_ERR_SYSTEM, errno,
+                                                "send to %s", c->peer));
+        }
+        tcp_advance(c, &c->sends, (size_t)w, 0);
+    }
+    while (c->failed == RCC_SUCCESS && c->recvs.head) {
+        int n = tcp_gather(&c->recvs, iov);
+        ssize_t r = readv(c->fd, iov, n);
+        if (r == 0)
+            return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s closed the connection", c->peer));
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                break;
+            return tcp_fail(c, rcci_error_errno(errno == ECONNRESET ? RCC_ERR_PEER_LOST
+                                                                    : RCC_ERR_SYSTEM,
+                                                errno, "receive from %s", c->peer));
+        }
+        rcc_result_t res = tcp_advance(c, &c->recvs, (size_t)r, 1);
+        if (res != RCC_SUCCESS)
+            return res;
+    }
+    return c->failed == RCC_SUCCESS ? RCC_SUCCESS : rcci_error(c->failed, "%s", c->failure);
+}
+
+/* Unlinks a request that is still queued (used when failing). */
+static void tcp_unlink(tcp_queue_t *q, struct rcci_request *r)
+{
+    struct rcci_request **pp = &q->head, *prev = NULL;
+    while (*pp && *pp != r)
+        prev = *pp, pp = &(*pp)->next;
+    if (!*pp)
+        return;
+    *pp = r->next;
+    if (q->tail == r)
+        q->tail = prev;
+}
+
+static rcc_result_t tcp_test(rcci_request_t *r, int *done)
+{
+    rcci_conn_t *c = r->conn;
+    *done = 0;
+    if (!r->complete) {
+        rcc_result_t res = tcp_drive(c);
+        if (res != RCC_SUCCESS) {
+            tcp_unlink(&c->sends, r);
+            tcp_unlink(&c->recvs, r);
+            free(r);
+            return res;
+        }
+    }
+    if (r->complete) {
+        *done = 1;
+        free(r);
+    }
+    return RCC_SUCCESS;
+}
+
+static int tcp_wait_fd(rcci_conn_t *c) { return c->fd; }
+
+static void tcp_close(rcci_conn_t *c)
+{
+    if (!c)
+        return;
+    for (tcp_queue_t *q = &c->sends; q; q = q == &c->sends ? &c->recvs : NULL)
+        while (q->head)
+            free(tcp_queue_pop(q));
+    close(c->fd);
+    free(c);
+}
+
+const rcci_transport_t rcci_transport_tcp = {
+    .abi = RCCI_TRANSPORT_ABI,
+    .size = sizeof(rcci_transport_t),
+    .name = "tcp",
+    .caps = 0,
+    .init = tcp_init,
+    .fini = tcp_fini,
+    .can_connect = tcp_can_connect,
+    .listen = tcp_listen,
+    .connect = tcp_connect,
+    .accept = tcp_accept,
+    .close_listener = tcp_close_listener,
+    .reg_mem = tcp_reg_mem,
+    .dereg_mem = tcp_dereg_mem,
+    .isend = tcp_isend,
+    .irecv = tcp_irecv,
+    .test = tcp_test,
+    .write = rcci_transport_unsupported_write,
+    .wait_fd = tcp_wait_fd,
+    .close = tcp_close,
+};

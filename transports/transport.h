@@ -1,0 +1,151 @@
+/*
+ * The transport ops table: how bytes move between two endpoints.
+ *
+ * A transport knows nothing of collectives. The engine drives every
+ * transport through this table only and never includes a transport's own
+ * header. The struct is versioned the way SQLite's sqlite3_vfs is: `abi` and
+ * `size` come first, fields are only ever appended, and an optional slot a
+ * transport does not implement points at a stub returning
+ * RCC_ERR_UNSUPPORTED (never NULL), so callers need no NULL checks.
+ *
+ * Threading: one transport context (`tctx`) belongs to one communicator.
+ * Every call on a context, its listeners, connections and requests is made
+ * from one thread at a time (the communicator's bootstrap thread during
+ * init, its progress thread afterwards). Transports keep no global mutable
+ * state except inside init/fini.
+ *
+ * Blocking: only connect/accept block, and never past their deadline. isend,
+ * irecv and test never block; they do as much I/O as the OS accepts now.
+ */
+#ifndef RINGCC_TRANSPORT_H
+#define RINGCC_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "ringcc.h"
+
+#define RCCI_TRANSPORT_ABI 1
+
+/* Connection handles (listen addresses, memory keys) travel through the
+ * bootstrap as opaque blobs of at most this size. */
+#define RCCI_HANDLE_BYTES 128
+#define RCCI_SECRET_BYTES 32
+
+/* Capability bits in rcci_transport.caps. */
+enum {
+    RCCI_CAP_ONE_SIDED = 1u << 0,  /* `write` puts into a peer's registered memory (RDMA) */
+    RCCI_CAP_DEVICE_MEM = 1u << 1, /* isend/irecv/write accept device (CUDA) memory */
+    RCCI_CAP_SAME_HOST = 1u << 2,  /* only connects processes on one host (CUDA IPC) */
+    RCCI_CAP_NEEDS_REG = 1u << 3,  /* buffers must be registered with reg_mem before use */
+};
+
+/* Where a buffer lives. */
+typedef enum { RCCI_MEM_HOST = 0, RCCI_MEM_CUDA = 1 } rcci_mem_type_t;
+
+/* What the engine knows about a rank when choosing a transport. */
+typedef struct {
+    int rank;
+    uint64_t host_hash; /* equal on ranks of one host (boot id + hostname) */
+    int cuda_device;    /* -1 when the rank has no GPU buffers */
+} rcci_peer_info_t;
+
+/* Everything a transport context needs from its communicator. */
+typedef struct {
+    int rank, nranks;
+    unsigned char secret[RCCI_SECRET_BYTES]; /* the job secret: connections prove it */
+    uint64_t comm_id;                        /* distinguishes communicators of one job */
+    struct sockaddr_storage local_addr;      /* address of the interface chosen for this job */
+    socklen_t local_addr_len;
+} rcci_transport_env_t;
+
+/* Opaque objects owned by a transport. */
+typedef struct rcci_listener rcci_listener_t;
+typedef struct rcci_conn rcci_conn_t;
+typedef struct rcci_request rcci_request_t;
+typedef struct rcci_mr rcci_mr_t;
+
+typedef struct rcci_transport {
+    /* -- version 1 -- */
+    uint32_t abi;     /* RCCI_TRANSPORT_ABI the table was built for */
+    uint32_t size;    /* sizeof(struct rcci_transport) when it was built */
+    const char *name; /* "tcp", "ibverbs", "cudaipc": RCC_TRANSPORT matches it */
+    uint32_t caps;    /* RCCI_CAP_* */
+
+    /* Creates a per-communicator context. May refuse with
+     * RCC_ERR_UNSUPPORTED and a reason in rcc_last_error (no device found);
+     * the engine then tries the next transport. */
+    rcc_result_t (*init)(const rcci_transport_env_t *env, void **tctx);
+    /* Frees the context. All its connections and listeners are closed first. */
+    void (*fini)(void *tctx);
+
+    /* Whether this transport can connect `me` to `peer`; *priority higher
+     * wins among transports that can (0 = usable fallback). */
+    rcc_result_t (*can_connect)(void *tctx, const rcci_peer_info_t *me,
+                                const rcci_peer_info_t *peer, int *priority);
+
+    /* Starts listening; writes an opaque handle (<= RCCI_HANDLE_BYTES) that a
+     * peer passes to connect. */
+    rcc_result_t (*listen)(void *tctx, void *handle, rcci_listener_t **listener);
+    /* Connects to the listener behind `handle`, proving the secret and
+     * announcing (this rank, `tag`). Blocks until done or `deadline_ns`
+     * (CLOCK_MONOTONIC) passes: RCC_ERR_TIMEOUT. */
+    rcc_result_t (*connect)(void *tctx, const void *handle, uint32_t tag, int64_t deadline_ns,
+                            rcci_conn_t **conn);
+    /* Accepts the connection from `peer_rank` with `tag`. Connections that do
+     * not prove the secret, or announce something unexpected, are closed and
+     * ignored; connections from other ranks/tags arriving meanwhile are kept
+     * for later accept calls. Blocks until done or the deadline. */
+    rcc_result_t (*accept)(rcci_listener_t *listener, int peer_rank, uint32_t tag,
+                           int64_t deadline_ns, rcci_conn_t **conn);
+    void (*close_listener)(rcci_listener_t *listener);
+
+    /* Registers memory for isend/irecv/write (RDMA keys, CUDA IPC handles).
+     * Optional: a transport without RCCI_CAP_NEEDS_REG returns success and
+     * a NULL *mr, and accepts NULL mr in isend/irecv. */
+    rcc_result_t (*reg_mem)(void *tctx, void *ptr, size_t bytes, rcci_mem_type_t type,
+                            rcci_mr_t **mr);
+    rcc_result_t (*dereg_mem)(void *tctx, rcci_mr_t *mr);
+
+    /* Queue a message on a connection. Messages on one connection arrive in
+     * the order they were sent and are matched in order with the receiver's
+     * irecvs; the receiver's irecv must post exactly `bytes` (a different
+     * length is a protocol error, RCC_ERR_REMOTE). `buf` must stay valid and
+     * unmodified (send) / untouched (recv) until test reports completion.
+     * `seq` travels with the message and is checked by the receiver against
+     * the seq of its irecv (RCC_ERR_MISMATCH otherwise). */
+    rcc_result_t (*isend)(rcci_conn_t *conn, const void *buf, size_t bytes, uint32_t seq,
+                          rcci_mr_t *mr, rcci_request_t **req);
+    rcc_result_t (*irecv)(rcci_conn_t *conn, void *buf, size_t bytes, uint32_t seq,
+                          rcci_mr_t *mr, rcci_request_t **req);
+    /* Makes progress on the request's connection and reports whether `req`
+     * is complete (*done = 1, the request is then freed and must not be used
+     * again). An error fails the request (it is freed) and the connection. */
+    rcc_result_t (*test)(rcci_request_t *req, int *done);
+
+    /* One-sided put into a peer's registered memory (RDMA WRITE). Optional
+     * (RCCI_CAP_ONE_SIDED). `remote_key` is the peer's mr handle blob. */
+    rcc_result_t (*write)(rcci_conn_t *conn, const void *buf, size_t bytes, rcci_mr_t *mr,
+                          const void *remote_key, uint64_t remote_offset,
+                          rcci_request_t **req);
+
+    /* A file descriptor that becomes readable or writable (edge-triggered)
+     * when the connection may be able to make progress, or -1 when the
+     * transport must be polled. Valid until close. */
+    int (*wait_fd)(rcci_conn_t *conn);
+
+    /* Closes the connection; outstanding requests are cancelled and freed. */
+    void (*close)(rcci_conn_t *conn);
+    /* -- end of version 1; append new fields below, never reorder -- */
+} rcci_transport_t;
+
+/* Transports built into this library, in priority order, NULL-terminated. */
+extern const rcci_transport_t *const rcci_transports[];
+
+/* Shared stub for optional slots. */
+rcc_result_t rcci_transport_unsupported_write(rcci_conn_t *conn, const void *buf, size_t bytes,
+                                              rcci_mr_t *mr, const void *remote_key,
+                                              uint64_t remote_offset, rcci_request_t **req);
+
+#endif /* RINGCC_TRANSPORT_H */
