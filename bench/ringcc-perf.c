@@ -65,8 +65,7 @@ static int perf_env_rank0(void)
     return !r || strcmp(r, "0") == 0;
 }
 
-__attribute__((format(printf, 1, 2), noreturn)) static void perf_usage_error(const char *fmt,
-                                                                             ...)
+__attribute__((format(printf, 1, 2), noreturn)) static void perf_usage_error(const char *fmt, ...)
 {
     if (perf_env_rank0()) {
         va_list ap;
@@ -140,20 +139,11 @@ static size_t perf_parse_size(const char *opt, const char *s)
     unsigned long long v = strtoull(s, &end, 10);
     unsigned shift = 0;
     switch (toupper((unsigned char)*end)) {
-    case 'K':
-        shift = 10;
-        break;
-    case 'M':
-        shift = 20;
-        break;
-    case 'G':
-        shift = 30;
-        break;
-    case 'T':
-        shift = 40;
-        break;
-    default:
-        break;
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    case 'T': shift = 40; break;
+    default: break;
     }
     if (shift)
         end++;
@@ -180,8 +170,8 @@ static int perf_dtype_by_name(const char *name)
         const char *alias;
         rcc_datatype_t dt;
     } aliases[] = {
-        {"char", RCC_INT8},     {"int", RCC_INT32},      {"half", RCC_FLOAT16},
-        {"fp16", RCC_FLOAT16},  {"float", RCC_FLOAT32},  {"fp32", RCC_FLOAT32},
+        {"char", RCC_INT8},      {"int", RCC_INT32},     {"half", RCC_FLOAT16},
+        {"fp16", RCC_FLOAT16},   {"float", RCC_FLOAT32}, {"fp32", RCC_FLOAT32},
         {"double", RCC_FLOAT64}, {"fp64", RCC_FLOAT64},  {"bf16", RCC_BFLOAT16},
     };
     for (int d = 0; d < RCC_NUM_DATATYPES; d++)
@@ -202,8 +192,8 @@ static int perf_op_by_name(const char *name)
 }
 
 /* "all", or a comma-separated list of names; returns how many went into out[]. */
-static int perf_parse_list(const char *opt, const char *arg, int (*lookup)(const char *),
-                           int nall, int *out)
+static int perf_parse_list(const char *opt, const char *arg, int (*lookup)(const char *), int nall,
+                           int *out)
 {
     if (strcasecmp(arg, "all") == 0) {
         for (int i = 0; i < nall; i++)
@@ -246,41 +236,31 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
         {NULL, 0, NULL, 0},
     };
     *o = (struct perf_opts){
-        .minbytes = 32u << 20, .maxbytes = 32u << 20, .factor = 2, .iters = 20, .warmup = 5,
-        .check = 1, .ndtypes = 1, .nops = 1,
+        .minbytes = 32u << 20,
+        .maxbytes = 32u << 20,
+        .factor = 2,
+        .iters = 20,
+        .warmup = 5,
+        .check = 1,
+        .ndtypes = 1,
+        .nops = 1,
     };
     o->dtypes[0] = RCC_FLOAT32;
     o->ops[0] = RCC_SUM;
-    int list[(int)RCC_NUM_DATATYPES > (int)RCC_NUM_OPS ? (int)RCC_NUM_DATATYPES
-                                                      : (int)RCC_NUM_OPS];
+    int list[(int)RCC_NUM_DATATYPES > (int)RCC_NUM_OPS ? (int)RCC_NUM_DATATYPES : (int)RCC_NUM_OPS];
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:i:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'b':
-            o->minbytes = perf_parse_size("-b", optarg);
-            break;
-        case 'e':
-            o->maxbytes = perf_parse_size("-e", optarg);
-            break;
-        case 'f':
-            o->factor = (size_t)perf_parse_int("-f", optarg, 2, 1 << 20);
-            break;
-        case 'n':
-            o->iters = perf_parse_int("-n", optarg, 1, PERF_MAX_ITERS);
-            break;
-        case 'w':
-            o->warmup = perf_parse_int("-w", optarg, 0, PERF_MAX_ITERS);
-            break;
-        case 'c':
-            o->check = perf_parse_int("-c", optarg, 0, 1);
-            break;
-        case 'i':
-            o->inplace = perf_parse_int("-i", optarg, 0, 1);
-            break;
+        case 'b': o->minbytes = perf_parse_size("-b", optarg); break;
+        case 'e': o->maxbytes = perf_parse_size("-e", optarg); break;
+        case 'f': o->factor = (size_t)perf_parse_int("-f", optarg, 2, 1 << 20); break;
+        case 'n': o->iters = perf_parse_int("-n", optarg, 1, PERF_MAX_ITERS); break;
+        case 'w': o->warmup = perf_parse_int("-w", optarg, 0, PERF_MAX_ITERS); break;
+        case 'c': o->check = perf_parse_int("-c", optarg, 0, 1); break;
+        case 'i': o->inplace = perf_parse_int("-i", optarg, 0, 1); break;
         case 'd':
-            o->ndtypes = perf_parse_list("-d", optarg, perf_dtype_by_name, RCC_NUM_DATATYPES,
-                                         list);
+            o->ndtypes = perf_parse_list("-d", optarg, perf_dtype_by_name, RCC_NUM_DATATYPES, list);
             for (int k = 0; k < o->ndtypes; k++)
                 o->dtypes[k] = (rcc_datatype_t)list[k];
             break;
@@ -289,11 +269,8 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
             for (int k = 0; k < o->nops; k++)
                 o->ops[k] = (rcc_redop_t)list[k];
             break;
-        case 'h':
-            perf_help();
-            exit(0);
-        case ':':
-            perf_usage_error("option '%s' needs a value", argv[optind - 1]);
+        case 'h': perf_help(); exit(0);
+        case ':': perf_usage_error("option '%s' needs a value", argv[optind - 1]);
         default:
             if (optopt)
                 perf_usage_error("unknown option '-%c'", optopt);
@@ -303,8 +280,7 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
     if (optind < argc)
         perf_usage_error("unexpected argument '%s'", argv[optind]);
     if (o->minbytes > o->maxbytes)
-        perf_usage_error("-b (%zu bytes) is larger than -e (%zu bytes)", o->minbytes,
-                         o->maxbytes);
+        perf_usage_error("-b (%zu bytes) is larger than -e (%zu bytes)", o->minbytes, o->maxbytes);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -326,18 +302,12 @@ static int perf_is_unsigned(rcc_datatype_t dt)
 static int64_t perf_exact_limit(rcc_datatype_t dt)
 {
     switch (dt) {
-    case RCC_INT8:
-        return 127;
-    case RCC_UINT8:
-        return 255;
-    case RCC_FLOAT16:
-        return 2048; /* 11-bit significand */
-    case RCC_BFLOAT16:
-        return 256; /* 8-bit significand */
-    case RCC_FLOAT32:
-        return 1 << 24;
-    default:
-        return INT32_MAX;
+    case RCC_INT8: return 127;
+    case RCC_UINT8: return 255;
+    case RCC_FLOAT16: return 2048; /* 11-bit significand */
+    case RCC_BFLOAT16: return 256; /* 8-bit significand */
+    case RCC_FLOAT32: return 1 << 24;
+    default: return INT32_MAX;
     }
 }
 
@@ -358,8 +328,7 @@ static int64_t perf_value(rcc_datatype_t dt, rcc_redop_t op, int nranks, int r, 
 {
     int bits = (int)rcc_datatype_size(dt) * 8;
     switch (op) {
-    case RCC_SUM:
-        return perf_sum_value(dt, nranks, r, j);
+    case RCC_SUM: return perf_sum_value(dt, nranks, r, j);
     case RCC_AVG: {
         if (!perf_is_float(dt))
             return perf_sum_value(dt, nranks, r, j); /* expected: truncated sum / n */
@@ -388,8 +357,7 @@ static int64_t perf_value(rcc_datatype_t dt, rcc_redop_t op, int nranks, int r, 
         int neg = !perf_is_unsigned(dt) && r < 16 && (j + 2 * r) % 7 == 0;
         return neg ? -mag : mag;
     }
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -400,12 +368,8 @@ static int64_t perf_expected(rcc_datatype_t dt, rcc_redop_t op, int nranks, int 
         int64_t v = perf_value(dt, op, nranks, r, j);
         switch (op) {
         case RCC_SUM:
-        case RCC_AVG:
-            acc += v;
-            break;
-        case RCC_PROD:
-            acc *= v;
-            break;
+        case RCC_AVG: acc += v; break;
+        case RCC_PROD: acc *= v; break;
         case RCC_MAX:
             if (perf_is_unsigned(dt) ? (uint64_t)v > (uint64_t)acc : v > acc)
                 acc = v;
@@ -414,8 +378,7 @@ static int64_t perf_expected(rcc_datatype_t dt, rcc_redop_t op, int nranks, int 
             if (perf_is_unsigned(dt) ? (uint64_t)v < (uint64_t)acc : v < acc)
                 acc = v;
             break;
-        default:
-            break;
+        default: break;
         }
     }
     if (op == RCC_AVG)
@@ -486,8 +449,7 @@ static void perf_store(rcc_datatype_t dt, void *dst, int64_t v)
         memcpy(dst, &x, 8);
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -669,9 +631,9 @@ int main(int argc, char **argv)
                         snprintf(wbuf, sizeof wbuf, "%" PRIu64, wrong);
                     else
                         snprintf(wbuf, sizeof wbuf, "N/A");
-                    printf("  %10zu  %12zu  %8s  %6s  %10.2f  %11.3f  %11.3f  %8s\n",
-                           count * esz, count, rcc_datatype_name(dt), rcc_redop_name(op),
-                           t * 1e6, algbw, busbw, wbuf);
+                    printf("  %10zu  %12zu  %8s  %6s  %10.2f  %11.3f  %11.3f  %8s\n", count * esz,
+                           count, rcc_datatype_name(dt), rcc_redop_name(op), t * 1e6, algbw, busbw,
+                           wbuf);
                     fflush(stdout);
                     if (count > 0) { /* no-op rows would drag the average to 0 */
                         bw_sum += busbw;
@@ -694,6 +656,12 @@ int main(int argc, char **argv)
         printf("# Avg bus bandwidth    : %g\n#\n", bw_rows ? bw_sum / bw_rows : 0.0);
         fflush(stdout);
     }
+    free(b.send);
+    free(b.recv);
+    free(b.in_period);
+    free(b.exp_period);
+    free(b.times);
+    free(b.maxtimes);
     rc = rcc_comm_destroy(perf_comm);
     perf_comm = NULL;
     if (rc != RCC_SUCCESS) {

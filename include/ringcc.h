@@ -48,7 +48,7 @@ extern "C" {
     X(RCC_IN_PROGRESS, 7, "operation in progress")                                                 \
     X(RCC_ERR_TIMEOUT, 100, "timed out")                                                           \
     X(RCC_ERR_PEER_LOST, 101, "a peer closed its connection or died")                              \
-    X(RCC_ERR_MISMATCH, 102, "ranks called different collectives")                                \
+    X(RCC_ERR_MISMATCH, 102, "ranks called different collectives")                                 \
     X(RCC_ERR_UNSUPPORTED, 103, "not supported by this build or transport")                        \
     X(RCC_ERR_ABORTED, 104, "the communicator was aborted")                                        \
     X(RCC_ERR_NO_MEMORY, 105, "out of memory")
@@ -130,7 +130,9 @@ typedef struct {
 
 #define RCC_CONFIG_MAGIC 0x72636366u /* "rccf" */
 #define RCC_CONFIG_INITIALIZER                                                                     \
-    {sizeof(rcc_config_t), RCC_CONFIG_MAGIC, RCC_VERSION_CODE, 0, 1, 0}
+    {                                                                                              \
+        sizeof(rcc_config_t), RCC_CONFIG_MAGIC, RCC_VERSION_CODE, 0, 1, 0                          \
+    }
 
 /* Creates a fresh unique id and starts, in this process, the rendezvous that
  * the job's ranks meet at (a listening socket on the interface chosen by
@@ -151,7 +153,7 @@ RCC_API rcc_result_t rcc_get_unique_id(rcc_unique_id_t *id);
  * malformed id or config), RCC_ERR_TIMEOUT, RCC_ERR_SYSTEM, RCC_ERR_REMOTE
  * (another rank disagreed on nranks or reused a rank). */
 RCC_API rcc_result_t rcc_comm_init_rank(rcc_comm_t *comm, int nranks, rcc_unique_id_t id, int rank,
-                                const rcc_config_t *config);
+                                        const rcc_config_t *config);
 
 /* Like rcc_comm_init_rank, with rank, size and root taken from the
  * environment, first match wins:
@@ -211,7 +213,7 @@ RCC_API const char *rcc_last_error(rcc_comm_t comm);
  * RCC_ERR_PEER_LOST, RCC_ERR_REMOTE, RCC_ERR_ABORTED. On error recvbuf holds
  * unspecified values; sendbuf is never written (unless in-place). */
 RCC_API rcc_result_t rcc_allreduce(const void *sendbuf, void *recvbuf, size_t count,
-                           rcc_datatype_t dtype, rcc_redop_t op, rcc_comm_t comm);
+                                   rcc_datatype_t dtype, rcc_redop_t op, rcc_comm_t comm);
 
 #ifdef __cplusplus
 }

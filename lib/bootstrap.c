@@ -171,8 +171,10 @@ static void *root_main(void *arg)
     }
     if (status == RCC_SUCCESS && nranks > 0 && joined < nranks) {
         status = RCC_ERR_TIMEOUT;
-        int n = snprintf(text, sizeof text, "only %d of %d ranks reached the root within %.0f s; "
-                                            "missing:", joined, nranks, a->timeout_ns / 1e9);
+        int n = snprintf(text, sizeof text,
+                         "only %d of %d ranks reached the root within %.0f s; "
+                         "missing:",
+                         joined, nranks, a->timeout_ns / 1e9);
         int shown = 0;
         for (int i = 0; i < nranks && shown < 32 && n > 0 && (size_t)n < sizeof text - 16; i++)
             if (fds[i] < 0)
@@ -226,8 +228,8 @@ static rcc_result_t bs_meet_root(rcci_bootstrap_t *bs, const rcci_id_t *id, int6
     char root[80];
     rcci_addr_format(&id->root, root, sizeof root);
     RCC_CHECK(rcci_sock_connect(&id->root, deadline, 1, &fd));
-    rcci_hello_t hello = {.kind = RCCI_HELLO_ROOT, .rank = bs->rank, .nranks = bs->nranks,
-                          .comm_id = id->comm_id};
+    rcci_hello_t hello = {
+        .kind = RCCI_HELLO_ROOT, .rank = bs->rank, .nranks = bs->nranks, .comm_id = id->comm_id};
     rcci_addr_to_wire(&bs->local, &hello.addr);
     RCC_CHECK(rcci_hello_send(fd, &hello, id->secret, deadline));
     RCC_CHECK(rcci_sock_recv_all(fd, head, sizeof head, deadline + ROOT_GRACE_NS));
@@ -262,8 +264,12 @@ rcc_result_t rcci_bootstrap_init(const rcci_id_t *id, int rank, int nranks, int6
     rcci_bootstrap_t *bs = calloc(1, sizeof *bs);
     if (!bs)
         return rcci_error(RCC_ERR_NO_MEMORY, "bootstrap");
-    *bs = (rcci_bootstrap_t){.rank = rank, .nranks = nranks, .timeout_ns = timeout_ns,
-                             .next_fd = -1, .prev_fd = -1, .comm_id = id->comm_id};
+    *bs = (rcci_bootstrap_t){.rank = rank,
+                             .nranks = nranks,
+                             .timeout_ns = timeout_ns,
+                             .next_fd = -1,
+                             .prev_fd = -1,
+                             .comm_id = id->comm_id};
     memcpy(bs->secret, id->secret, sizeof bs->secret);
     rcci_addr_t any;
     int lfd;
@@ -273,8 +279,8 @@ rcc_result_t rcci_bootstrap_init(const rcci_id_t *id, int rank, int nranks, int6
     RCC_CHECK(bs_meet_root(bs, id, deadline));
     if (nranks > 1) {
         int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-        rcci_hello_t hello = {.kind = RCCI_HELLO_BOOTSTRAP, .rank = rank, .nranks = nranks,
-                              .comm_id = bs->comm_id};
+        rcci_hello_t hello = {
+            .kind = RCCI_HELLO_BOOTSTRAP, .rank = rank, .nranks = nranks, .comm_id = bs->comm_id};
         /* Connecting first cannot deadlock: the kernel completes the
          * handshake and buffers the hello before the peer accepts. */
         RCC_CHECK(rcci_sock_connect(&bs->peers[next], deadline, 1, &bs->next_fd));
@@ -296,10 +302,9 @@ rcc_result_t rcci_bootstrap_allgather(rcci_bootstrap_t *bs, void *data, size_t b
     int64_t deadline = rcci_now_ns() + bs->timeout_ns;
     for (int step = 0; step < n - 1; step++) {
         int send_block = (r - step + n) % n, recv_block = (r - step - 1 + n) % n;
-        rcc_result_t res = rcci_sock_sendrecv(bs->next_fd, (char *)data + (size_t)send_block * block,
-                                              block, bs->prev_fd,
-                                              (char *)data + (size_t)recv_block * block, block,
-                                              deadline);
+        rcc_result_t res = rcci_sock_sendrecv(
+            bs->next_fd, (char *)data + (size_t)send_block * block, block, bs->prev_fd,
+            (char *)data + (size_t)recv_block * block, block, deadline);
         if (res != RCC_SUCCESS) {
             rcci_error_prefix("bootstrap allgather step %d (next rank %d, previous rank %d): ",
                               step, (r + 1) % n, (r + n - 1) % n);

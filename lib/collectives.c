@@ -60,8 +60,12 @@ rcc_result_t rcc_allreduce(const void *sendbuf, void *recvbuf, size_t count, rcc
         if (!op) {
             res = rcci_error(RCC_ERR_NO_MEMORY, "rcc_allreduce: operation record");
         } else {
-            *op = (rcci_op_t){.kind = RCCI_OP_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
-                              .count = count, .dtype = dtype, .redop = redop};
+            *op = (rcci_op_t){.kind = RCCI_OP_ALLREDUCE,
+                              .sendbuf = sendbuf,
+                              .recvbuf = recvbuf,
+                              .count = count,
+                              .dtype = dtype,
+                              .redop = redop};
             res = coll_run(comm, op);
         }
     }

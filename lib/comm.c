@@ -62,8 +62,8 @@ static uint64_t comm_host_hash(void)
             boot[0] = '\0';
         fclose(f);
     }
-    return comm_mix(comm_hash(comm_hash(0xcbf29ce484222325ull, host, strlen(host)), boot,
-                              strlen(boot)));
+    return comm_mix(
+        comm_hash(comm_hash(0xcbf29ce484222325ull, host, strlen(host)), boot, strlen(boot)));
 }
 
 static rcc_result_t comm_set_error(struct rcc_comm *comm, rcc_result_t res)
@@ -128,8 +128,9 @@ static rcc_result_t comm_read_config(struct rcc_comm *comm, const rcc_config_t *
                           "size %zu)",
                           config->magic, config->size);
     if (config->blocking != 1)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "config.blocking=%d: only blocking (1) "
-                                                    "initialisation is supported",
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "config.blocking=%d: only blocking (1) "
+                          "initialisation is supported",
                           config->blocking);
     if (config->timeout_ms < 0)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "config.timeout_ms=%d is negative",
@@ -151,8 +152,8 @@ static rcc_result_t comm_pick_transport(struct rcc_comm *comm, const comm_peer_t
                                         int *index)
 {
     uint32_t common = peers[comm->rank].transports & peers[peer].transports;
-    rcci_peer_info_t me = {.rank = comm->rank, .host_hash = peers[comm->rank].host_hash,
-                           .cuda_device = -1};
+    rcci_peer_info_t me = {
+        .rank = comm->rank, .host_hash = peers[comm->rank].host_hash, .cuda_device = -1};
     rcci_peer_info_t them = {.rank = peer, .host_hash = peers[peer].host_hash, .cuda_device = -1};
     for (int i = 0; rcci_transports[i]; i++) {
         int priority;
@@ -164,8 +165,9 @@ static rcc_result_t comm_pick_transport(struct rcc_comm *comm, const comm_peer_t
     }
     char name[128];
     rcci_bootstrap_peer_name(comm->bootstrap, peer, name, sizeof name);
-    return rcci_error(RCC_ERR_UNSUPPORTED, "no transport connects rank %d with %s (RCC_TRANSPORT=%s)",
-                      comm->rank, name, rcci_param_str(RCCI_PARAM_TRANSPORT));
+    return rcci_error(RCC_ERR_UNSUPPORTED,
+                      "no transport connects rank %d with %s (RCC_TRANSPORT=%s)", comm->rank, name,
+                      rcci_param_str(RCCI_PARAM_TRANSPORT));
 }
 
 static rcc_result_t comm_connect_ring(struct rcc_comm *comm, const rcci_id_t *id)
@@ -175,11 +177,12 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm, const rcci_id_t *id
     comm_peer_t *peers = NULL;
     char *handles = NULL;
     rcci_listener_t *listener = NULL;
-    int next = (comm->rank + 1) % comm->nranks, prev = (comm->rank + comm->nranks - 1) % comm->nranks;
+    int next = (comm->rank + 1) % comm->nranks,
+        prev = (comm->rank + comm->nranks - 1) % comm->nranks;
     const char *only = rcci_param_str(RCCI_PARAM_TRANSPORT);
 
-    rcci_transport_env_t env = {.rank = comm->rank, .nranks = comm->nranks,
-                                .comm_id = comm->comm_id};
+    rcci_transport_env_t env = {
+        .rank = comm->rank, .nranks = comm->nranks, .comm_id = comm->comm_id};
     memcpy(env.secret, id->secret, sizeof env.secret);
     const rcci_addr_t *local = rcci_bootstrap_local_addr(comm->bootstrap);
     memcpy(&env.local_addr, &local->u, local->len);
@@ -206,20 +209,20 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm, const rcci_id_t *id
             RCC_INFO("transport %s unavailable: %s", tr->name, rcci_tls_error());
     }
     if (!me->transports)
-        RCC_FAIL(RCC_ERR_UNSUPPORTED, "no transport is usable%s%s%s", *only ? " (RCC_TRANSPORT=" : "",
-                 only, *only ? " names none that works here)" : "");
+        RCC_FAIL(RCC_ERR_UNSUPPORTED, "no transport is usable%s%s%s",
+                 *only ? " (RCC_TRANSPORT=" : "", only,
+                 *only ? " names none that works here)" : "");
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, peers, sizeof *peers));
 
     int send_tr, recv_tr;
     RCC_CHECK(comm_pick_transport(comm, peers, next, &send_tr));
     RCC_CHECK(comm_pick_transport(comm, peers, prev, &recv_tr));
-    comm->send_link = (rcci_link_t){.tr = rcci_transports[send_tr], .tctx = comm->tctx[send_tr],
-                                    .peer = next};
-    comm->recv_link = (rcci_link_t){.tr = rcci_transports[recv_tr], .tctx = comm->tctx[recv_tr],
-                                    .peer = prev};
-    RCC_CHECK(comm->recv_link.tr->listen(comm->recv_link.tctx,
-                                         handles + (size_t)comm->rank * RCCI_HANDLE_BYTES,
-                                         &listener));
+    comm->send_link =
+        (rcci_link_t){.tr = rcci_transports[send_tr], .tctx = comm->tctx[send_tr], .peer = next};
+    comm->recv_link =
+        (rcci_link_t){.tr = rcci_transports[recv_tr], .tctx = comm->tctx[recv_tr], .peer = prev};
+    RCC_CHECK(comm->recv_link.tr->listen(
+        comm->recv_link.tctx, handles + (size_t)comm->rank * RCCI_HANDLE_BYTES, &listener));
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, handles, RCCI_HANDLE_BYTES));
     /* Connect first, then accept: connects complete in the kernel's backlog. */
     RCC_CHECK(comm->send_link.tr->connect(comm->send_link.tctx,
@@ -271,8 +274,9 @@ static rcc_result_t comm_init(rcc_comm_t *out, int nranks, const rcci_id_t *id, 
     if (!out)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "comm (the output pointer) is NULL");
     if (nranks < 1 || rank < 0 || rank >= nranks)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rank %d of %d: need nranks >= 1 and "
-                                                    "0 <= rank < nranks",
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "rank %d of %d: need nranks >= 1 and "
+                          "0 <= rank < nranks",
                           rank, nranks);
     RCC_CHECK(rcci_params_load());
     comm = calloc(1, sizeof *comm);
@@ -361,7 +365,8 @@ static rcc_result_t env_rank_size(int *rank, int *nranks, const char **source)
         if (res != RCC_SUCCESS)
             return res;
         if (has_rank != has_size)
-            return rcci_error(RCC_ERR_INVALID_USAGE, "%s is set but %s is not", has_rank ? pairs[i][0] : pairs[i][1],
+            return rcci_error(RCC_ERR_INVALID_USAGE, "%s is set but %s is not",
+                              has_rank ? pairs[i][0] : pairs[i][1],
                               has_rank ? pairs[i][1] : pairs[i][0]);
         if (has_rank) {
             *source = pairs[i][0];
@@ -392,8 +397,10 @@ static rcc_result_t env_root(char *text, size_t size)
 
 static int env_hex(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* RCC_SECRET, or a secret derived from what every rank of the job shares. */
@@ -404,7 +411,8 @@ static rcc_result_t env_secret(const char *root, int nranks, uint64_t generation
     h = comm_hash(h, &nranks, sizeof nranks);
     if (hex && *hex) {
         if (strlen(hex) != 2 * RCCI_SOCK_SECRET_BYTES)
-            return rcci_error(RCC_ERR_INVALID_USAGE, "RCC_SECRET must be %d hex digits (it has %zu)",
+            return rcci_error(RCC_ERR_INVALID_USAGE,
+                              "RCC_SECRET must be %d hex digits (it has %zu)",
                               2 * RCCI_SOCK_SECRET_BYTES, strlen(hex));
         for (int i = 0; i < RCCI_SOCK_SECRET_BYTES; i++) {
             int hi = env_hex(hex[2 * i]), lo = env_hex(hex[2 * i + 1]);
@@ -456,8 +464,8 @@ rcc_result_t rcc_comm_init_env(rcc_comm_t *comm, const rcc_config_t *config)
     RCC_CHECK(rcci_addr_parse(root, &id.root));
     RCC_CHECK(env_secret(root, nranks, atomic_fetch_add(&generation, 1), &id));
     if (nranks < 1 || rank >= nranks)
-        RCC_FAIL(RCC_ERR_INVALID_USAGE, "rank %d of %d (from %s) is not a valid rank", rank,
-                 nranks, source);
+        RCC_FAIL(RCC_ERR_INVALID_USAGE, "rank %d of %d (from %s) is not a valid rank", rank, nranks,
+                 source);
     if (rank == 0) {
         /* Rank 0 serves the rendezvous on the root's port, on every address:
          * the root's name may resolve to any of this host's addresses. */
@@ -520,7 +528,8 @@ rcc_result_t rcc_comm_abort(rcc_comm_t comm)
 rcc_result_t rcc_comm_rank(const rcc_comm_t comm, int *rank)
 {
     if (!comm || !rank)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_rank: NULL %s", comm ? "rank" : "comm");
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_rank: NULL %s",
+                          comm ? "rank" : "comm");
     *rank = comm->rank;
     return RCC_SUCCESS;
 }
@@ -528,7 +537,8 @@ rcc_result_t rcc_comm_rank(const rcc_comm_t comm, int *rank)
 rcc_result_t rcc_comm_size(const rcc_comm_t comm, int *size)
 {
     if (!comm || !size)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_size: NULL %s", comm ? "size" : "comm");
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_size: NULL %s",
+                          comm ? "size" : "comm");
     *size = comm->nranks;
     return RCC_SUCCESS;
 }

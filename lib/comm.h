@@ -69,8 +69,8 @@ struct rcc_comm {
     uint32_t next_seq;
     int stopping;
     atomic_int aborted;
-    int callers;          /* threads inside a call on this communicator */
-    rcc_result_t broken;  /* sticky failure: later operations fail at once */
+    int callers;         /* threads inside a call on this communicator */
+    rcc_result_t broken; /* sticky failure: later operations fail at once */
     char broken_text[RCCI_ERR_TEXT_BYTES];
     char last_error[RCCI_ERR_TEXT_BYTES];
 };

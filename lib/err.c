@@ -10,8 +10,7 @@ const char *rcc_strerror(rcc_result_t result)
 {
     switch (result) {
 #define ERR_TEXT_(name, value, text)                                                               \
-    case name:                                                                                     \
-        return text;
+    case name: return text;
         RCC_RESULT_LIST(ERR_TEXT_)
 #undef ERR_TEXT_
     }
@@ -22,8 +21,7 @@ const char *rcc_result_name(rcc_result_t result)
 {
     switch (result) {
 #define ERR_NAME_(name, value, text)                                                               \
-    case name:                                                                                     \
-        return #name;
+    case name: return #name;
         RCC_RESULT_LIST(ERR_NAME_)
 #undef ERR_NAME_
     }

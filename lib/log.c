@@ -61,8 +61,8 @@ static void log_init(void)
         log_file = stderr;
     if (strcasecmp(level, "NONE") && strcasecmp(level, "WARN") && strcasecmp(level, "INFO") &&
         strcasecmp(level, "TRACE"))
-        rcci_log(RCCI_LOG_WARN, "RCC_DEBUG='%s' is not a level (NONE, WARN, INFO, TRACE); using WARN",
-                 level);
+        rcci_log(RCCI_LOG_WARN,
+                 "RCC_DEBUG='%s' is not a level (NONE, WARN, INFO, TRACE); using WARN", level);
 }
 
 rcci_log_level_t rcci_log_level(void)

@@ -5,7 +5,12 @@
 #ifndef RINGCC_LOG_H
 #define RINGCC_LOG_H
 
-typedef enum { RCCI_LOG_NONE = 0, RCCI_LOG_WARN = 1, RCCI_LOG_INFO = 2, RCCI_LOG_TRACE = 3 } rcci_log_level_t;
+typedef enum {
+    RCCI_LOG_NONE = 0,
+    RCCI_LOG_WARN = 1,
+    RCCI_LOG_INFO = 2,
+    RCCI_LOG_TRACE = 3
+} rcci_log_level_t;
 
 /* The level from RCC_DEBUG, read once. */
 rcci_log_level_t rcci_log_level(void);

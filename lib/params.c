@@ -36,9 +36,21 @@ rcc_result_t rcci_parse_size(const char *text, int64_t min, int64_t max, int64_t
         return RCC_ERR_INVALID_ARGUMENT;
     unsigned shift = 0;
     switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
     default: break;
     }
     if (*end != '\0' || v > (unsigned long long)INT64_MAX >> shift)
@@ -64,11 +76,11 @@ static void param_load_once(void)
             /* Keep the default so a caller that ignores the error still runs sanely. */
             rcci_parse_size(info->default_text, info->min, info->max, &param_ints[i]);
             if (param_status == RCC_SUCCESS) {
-                param_status = rcci_error(RCC_ERR_INVALID_ARGUMENT,
-                                          "%s='%s' is not valid: expected an integer in [%lld, "
-                                          "%lld] (suffixes K, M, G allowed)",
-                                          info->name, text, (long long)info->min,
-                                          (long long)info->max);
+                param_status =
+                    rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                               "%s='%s' is not valid: expected an integer in [%lld, "
+                               "%lld] (suffixes K, M, G allowed)",
+                               info->name, text, (long long)info->min, (long long)info->max);
                 strcpy(param_error, rcci_tls_error());
             }
         }

@@ -13,17 +13,17 @@
 /* X(id, kind, default, min, max, description). kind: INT (accepts K/M/G
  * suffixes, powers of 1024) or STR. min/max bound INT values. */
 #define RCCI_PARAM_LIST(X)                                                                         \
-    X(DEBUG, STR, "WARN", 0, 0, "log level: NONE, WARN, INFO or TRACE")                           \
+    X(DEBUG, STR, "WARN", 0, 0, "log level: NONE, WARN, INFO or TRACE")                            \
     X(DEBUG_FILE, STR, "", 0, 0, "log to this file instead of stderr; %h = host, %p = pid")        \
     X(TIMEOUT, INT, "300", 1, 86400,                                                               \
-      "seconds any wait may go without progress before it fails with RCC_ERR_TIMEOUT")            \
+      "seconds any wait may go without progress before it fails with RCC_ERR_TIMEOUT")             \
     X(CHUNK_BYTES, INT, "512K", 4096, 1073741824,                                                  \
       "pipeline chunk size: the unit that flows around the ring")                                  \
     X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \
     X(SOCKET_IFNAME, STR, "", 0, 0,                                                                \
-      "network interface to use (prefix match); default: the one that routes to the root")        \
+      "network interface to use (prefix match); default: the one that routes to the root")         \
     X(SOCKET_BUF_BYTES, INT, "4M", 0, 1073741824,                                                  \
-      "SO_SNDBUF/SO_RCVBUF for data sockets; 0 leaves the kernel's autotuning")                   \
+      "SO_SNDBUF/SO_RCVBUF for data sockets; 0 leaves the kernel's autotuning")                    \
     X(TRANSPORT, STR, "", 0, 0, "force a transport by name (tcp); default: best per peer")
 
 typedef enum {

@@ -50,7 +50,10 @@ static void progress_break(struct rcc_comm *comm, rcc_result_t res)
         snprintf(comm->broken_text, sizeof comm->broken_text, "%s", rcci_tls_error());
     }
     pthread_mutex_unlock(&comm->lock);
-    RCC_WARN("communicator failed: %s", rcci_tls_error());
+    if (res == RCC_ERR_ABORTED)
+        RCC_INFO("communicator aborted by the application");
+    else
+        RCC_WARN("communicator failed: %s", rcci_tls_error());
     rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
     for (int i = 0; i < 2; i++) {
         if (links[i]->conn) {

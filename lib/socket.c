@@ -98,8 +98,8 @@ rcc_result_t rcci_addr_parse(const char *text, rcci_addr_t *addr)
     } else {
         const char *colon = strrchr(text, ':');
         if (!colon || (size_t)(colon - text) >= sizeof host || colon == text)
-            return rcci_error(RCC_ERR_INVALID_ARGUMENT, "'%s' is not an address of the form host:port",
-                              text);
+            return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                              "'%s' is not an address of the form host:port", text);
         memcpy(host, text, (size_t)(colon - text));
         host[colon - text] = '\0';
         port = colon + 1;
@@ -144,11 +144,11 @@ static void addr_ifname(const rcci_addr_t *addr, struct ifaddrs *list, char *out
     for (struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
         if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != addr->u.sa.sa_family)
             continue;
-        int same = addr->u.sa.sa_family == AF_INET
-                       ? !memcmp(&((struct sockaddr_in *)ifa->ifa_addr)->sin_addr,
-                                 &addr->u.in.sin_addr, 4)
-                       : !memcmp(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr,
-                                 &addr->u.in6.sin6_addr, 16);
+        int same =
+            addr->u.sa.sa_family == AF_INET
+                ? !memcmp(&((struct sockaddr_in *)ifa->ifa_addr)->sin_addr, &addr->u.in.sin_addr, 4)
+                : !memcmp(&((struct sockaddr_in6 *)ifa->ifa_addr)->sin6_addr,
+                          &addr->u.in6.sin6_addr, 16);
         if (same) {
             snprintf(out, size, "%s", ifa->ifa_name);
             return;
@@ -156,8 +156,8 @@ static void addr_ifname(const rcci_addr_t *addr, struct ifaddrs *list, char *out
     }
 }
 
-rcc_result_t rcci_addr_pick_local(const char *ifname, const rcci_addr_t *toward,
-                                  rcci_addr_t *local, char *ifname_out, size_t ifname_size)
+rcc_result_t rcci_addr_pick_local(const char *ifname, const rcci_addr_t *toward, rcci_addr_t *local,
+                                  char *ifname_out, size_t ifname_size)
 {
     struct ifaddrs *list = NULL;
     if (getifaddrs(&list) != 0)
@@ -337,8 +337,9 @@ rcc_result_t rcci_sock_sendrecv(int out_fd, const void *sbuf, size_t slen, int i
         }
         int ms = rcci_ms_until(deadline_ns, 1000);
         if (ms == 0 && rcci_now_ns() >= deadline_ns)
-            return rcci_error(RCC_ERR_TIMEOUT, "socket exchange timed out (%zu/%zu bytes sent, "
-                                               "%zu/%zu received)",
+            return rcci_error(RCC_ERR_TIMEOUT,
+                              "socket exchange timed out (%zu/%zu bytes sent, "
+                              "%zu/%zu received)",
                               sent, slen, got, rlen);
         int rc = poll(p, (nfds_t)n, ms);
         if (rc < 0 && errno != EINTR)
@@ -346,8 +347,8 @@ rcc_result_t rcci_sock_sendrecv(int out_fd, const void *sbuf, size_t slen, int i
         if (rc <= 0)
             continue;
         if (si >= 0 && p[si].revents) {
-            ssize_t w = send(out_fd, (const char *)sbuf + sent, slen - sent,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            ssize_t w =
+                send(out_fd, (const char *)sbuf + sent, slen - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (w < 0 && errno != EAGAIN && errno != EINTR)
                 return rcci_error_errno(errno == EPIPE || errno == ECONNRESET ? RCC_ERR_PEER_LOST
                                                                               : RCC_ERR_SYSTEM,
@@ -436,8 +437,8 @@ static int secret_equal(const uint8_t *a, const uint8_t *b)
     return diff == 0;
 }
 
-static int hello_decode(const uint8_t in[RCCI_HELLO_BYTES], const uint8_t *secret,
-                        uint64_t comm_id, rcci_hello_t *h, const char **why)
+static int hello_decode(const uint8_t in[RCCI_HELLO_BYTES], const uint8_t *secret, uint64_t comm_id,
+                        rcci_hello_t *h, const char **why)
 {
     if (get_u32(in) != HELLO_MAGIC)
         return *why = "not a ringcc connection (bad magic)", 0;
@@ -531,8 +532,8 @@ rcc_result_t rcci_acceptor_accept(rcci_acceptor_t *a, uint16_t kind, int rank, u
         }
         int64_t now = rcci_now_ns();
         if (now >= deadline_ns)
-            return rcci_error(RCC_ERR_TIMEOUT, "no connection from rank %d (tag %u) arrived in time",
-                              rank, tag);
+            return rcci_error(RCC_ERR_TIMEOUT,
+                              "no connection from rank %d (tag %u) arrived in time", rank, tag);
         struct pollfd p[ACCEPT_MAX_PENDING + 1];
         int map[ACCEPT_MAX_PENDING + 1];
         int n = 0;
@@ -594,8 +595,8 @@ rcc_result_t rcci_acceptor_accept(rcci_acceptor_t *a, uint16_t kind, int rank, u
             }
             int one = 1;
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            a->pending[a->npending++] = (acc_pending_t){.fd = fd, .since_ns = rcci_now_ns(),
-                                                        .from = from};
+            a->pending[a->npending++] =
+                (acc_pending_t){.fd = fd, .since_ns = rcci_now_ns(), .from = from};
         }
     }
 }

@@ -45,8 +45,8 @@ void rcci_addr_set_port(rcci_addr_t *addr, uint16_t port);
  * address that routes toward `toward` (when not NULL); else the first
  * non-loopback IPv4 interface, else loopback. Port is 0.
  * `ifname_out` receives the interface's name. */
-rcc_result_t rcci_addr_pick_local(const char *ifname, const rcci_addr_t *toward,
-                                  rcci_addr_t *local, char *ifname_out, size_t ifname_size);
+rcc_result_t rcci_addr_pick_local(const char *ifname, const rcci_addr_t *toward, rcci_addr_t *local,
+                                  char *ifname_out, size_t ifname_size);
 
 /* Listening socket (CLOEXEC, REUSEADDR) on `addr`; *bound gets the port. */
 rcc_result_t rcci_sock_listen(const rcci_addr_t *addr, int *fd, rcci_addr_t *bound);
@@ -87,9 +87,8 @@ typedef struct rcci_acceptor rcci_acceptor_t;
 rcc_result_t rcci_acceptor_create(int listen_fd, const uint8_t secret[RCCI_SOCK_SECRET_BYTES],
                                   uint64_t comm_id, rcci_acceptor_t **acceptor);
 /* rank -1 matches any rank. On success *fd is blocking and *hello filled. */
-rcc_result_t rcci_acceptor_accept(rcci_acceptor_t *acceptor, uint16_t kind, int rank,
-                                  uint32_t tag, int64_t deadline_ns, int *fd,
-                                  rcci_hello_t *hello);
+rcc_result_t rcci_acceptor_accept(rcci_acceptor_t *acceptor, uint16_t kind, int rank, uint32_t tag,
+                                  int64_t deadline_ns, int *fd, rcci_hello_t *hello);
 /* Closes pending connections and the listening socket. */
 void rcci_acceptor_destroy(rcci_acceptor_t *acceptor);
 

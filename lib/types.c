@@ -9,9 +9,9 @@ size_t rcc_datatype_size(rcc_datatype_t dtype)
 
 const char *rcc_datatype_name(rcc_datatype_t dtype)
 {
-    static const char *const names[RCC_NUM_DATATYPES] = {
-        "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
-        "bfloat16"};
+    static const char *const names[RCC_NUM_DATATYPES] = {"int8",    "uint8",   "int32",   "uint32",
+                                                         "int64",   "uint64",  "float16", "float32",
+                                                         "float64", "bfloat16"};
     return (unsigned)dtype < RCC_NUM_DATATYPES ? names[dtype] : "unknown";
 }
 

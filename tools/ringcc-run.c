@@ -49,9 +49,9 @@
 
 #define RUN_NAME "ringcc-run"
 #define RUN_MAX_RANKS 1024
-#define RUN_GRACE_MS 5000   /* SIGTERM -> SIGKILL */
-#define RUN_GIVEUP_MS 5000  /* SIGKILL -> stop waiting for unkillable (D state) ranks */
-#define RUN_DRAIN_MS 1000   /* after the last rank exits, wait this long for pipe EOF */
+#define RUN_GRACE_MS 5000  /* SIGTERM -> SIGKILL */
+#define RUN_GIVEUP_MS 5000 /* SIGKILL -> stop waiting for unkillable (D state) ranks */
+#define RUN_DRAIN_MS 1000  /* after the last rank exits, wait this long for pipe EOF */
 #define RUN_READ_BYTES 65536
 #define RUN_LINE_MAX 65536  /* a longer line is split, each piece prefixed */
 #define RUN_SECRET_BYTES 32 /* 64 hex characters */
@@ -218,9 +218,12 @@ static void run_help(void)
 static void run_parse_args(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"nranks", required_argument, NULL, 'n'}, {"np", required_argument, NULL, 'n'},
-        {"no-prefix", no_argument, NULL, 'q'},    {"timeout", required_argument, NULL, 't'},
-        {"verbose", no_argument, NULL, 'v'},      {"help", no_argument, NULL, 'h'},
+        {"nranks", required_argument, NULL, 'n'},
+        {"np", required_argument, NULL, 'n'},
+        {"no-prefix", no_argument, NULL, 'q'},
+        {"timeout", required_argument, NULL, 't'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0; /* our own messages, with the exit status we document */
@@ -234,13 +237,12 @@ static void run_parse_args(int argc, char **argv)
             long v = strtol(optarg, &end, 10);
             if (errno || end == optarg || *end || v < 1 || v > RUN_MAX_RANKS)
                 run_usage_error("-n: the number of ranks must be an integer from 1 to %d, "
-                                "not '%s'", RUN_MAX_RANKS, optarg);
+                                "not '%s'",
+                                RUN_MAX_RANKS, optarg);
             run.nranks = (int)v;
             break;
         }
-        case 'q':
-            run.prefix = 0;
-            break;
+        case 'q': run.prefix = 0; break;
         case 't': {
             char *end;
             errno = 0;
@@ -251,15 +253,9 @@ static void run_parse_args(int argc, char **argv)
             run.timeout_s = v;
             break;
         }
-        case 'v':
-            run.verbose = 1;
-            break;
-        case 'h':
-            run_help();
-            exit(0);
-        case ':':
-            run_usage_error("option '%s' needs a value", argv[optind - 1]);
-            break;
+        case 'v': run.verbose = 1; break;
+        case 'h': run_help(); exit(0);
+        case ':': run_usage_error("option '%s' needs a value", argv[optind - 1]); break;
         default:
             if (optopt)
                 run_usage_error("unknown option '-%c'", optopt);
@@ -285,8 +281,8 @@ static int run_check_program(const char *prog, char *why, size_t whylen)
             return 127;
         }
         if (S_ISDIR(sb.st_mode) || access(prog, X_OK) != 0) {
-            snprintf(why, whylen, "%s", S_ISDIR(sb.st_mode) ? "is a directory"
-                                                            : "permission denied");
+            snprintf(why, whylen, "%s",
+                     S_ISDIR(sb.st_mode) ? "is a directory" : "permission denied");
             return 126;
         }
         return 0;
@@ -399,8 +395,8 @@ static void run_raise_nofile(void)
         struct rlimit r = run.orig_nofile;
         r.rlim_cur = (r.rlim_max == RLIM_INFINITY || r.rlim_max >= need) ? need : r.rlim_max;
         if (setrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur < need) {
-            run_msg("%d ranks need %lu file descriptors; the limit is %lu (ulimit -n)",
-                    run.nranks, (unsigned long)need, (unsigned long)r.rlim_cur);
+            run_msg("%d ranks need %lu file descriptors; the limit is %lu (ulimit -n)", run.nranks,
+                    (unsigned long)need, (unsigned long)r.rlim_cur);
             exit(RUN_EXIT_LAUNCH);
         }
     }
@@ -709,16 +705,11 @@ static void run_reap(void)
 static const char *run_signame(int sig)
 {
     switch (sig) {
-    case SIGINT:
-        return "SIGINT";
-    case SIGTERM:
-        return "SIGTERM";
-    case SIGHUP:
-        return "SIGHUP";
-    case SIGQUIT:
-        return "SIGQUIT";
-    default:
-        return strsignal(sig);
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    default: return strsignal(sig);
     }
 }
 
@@ -794,8 +785,7 @@ static void run_loop(int64_t start_ms)
                 run.exit_code = RUN_EXIT_TIMEOUT;
             run_begin_stop(SIGTERM);
         }
-        if (run.stopping == RUN_TERM_SENT && run.live > 0 &&
-            now >= run.term_at_ms + RUN_GRACE_MS) {
+        if (run.stopping == RUN_TERM_SENT && run.live > 0 && now >= run.term_at_ms + RUN_GRACE_MS) {
             run_msg("%d rank%s still running %d s after SIGTERM; sending SIGKILL", run.live,
                     run.live == 1 ? "" : "s", RUN_GRACE_MS / 1000);
             run_begin_stop(SIGKILL);

@@ -117,8 +117,8 @@ typedef struct rcci_transport {
      * the seq of its irecv (RCC_ERR_MISMATCH otherwise). */
     rcc_result_t (*isend)(rcci_conn_t *conn, const void *buf, size_t bytes, uint32_t seq,
                           rcci_mr_t *mr, rcci_request_t **req);
-    rcc_result_t (*irecv)(rcci_conn_t *conn, void *buf, size_t bytes, uint32_t seq,
-                          rcci_mr_t *mr, rcci_request_t **req);
+    rcc_result_t (*irecv)(rcci_conn_t *conn, void *buf, size_t bytes, uint32_t seq, rcci_mr_t *mr,
+                          rcci_request_t **req);
     /* Makes progress on the request's connection and reports whether `req`
      * is complete (*done = 1, the request is then freed and must not be used
      * again). An error fails the request (it is freed) and the connection. */
@@ -127,8 +127,7 @@ typedef struct rcci_transport {
     /* One-sided put into a peer's registered memory (RDMA WRITE). Optional
      * (RCCI_CAP_ONE_SIDED). `remote_key` is the peer's mr handle blob. */
     rcc_result_t (*write)(rcci_conn_t *conn, const void *buf, size_t bytes, rcci_mr_t *mr,
-                          const void *remote_key, uint64_t remote_offset,
-                          rcci_request_t **req);
+                          const void *remote_key, uint64_t remote_offset, rcci_request_t **req);
 
     /* A file descriptor that becomes readable or writable (edge-triggered)
      * when the connection may be able to make progress, or -1 when the

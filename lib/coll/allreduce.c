@@ -159,9 +159,9 @@ rcc_result_t rcci_allreduce_advance(struct rcc_comm *comm, rcci_exec_t *x, int *
         rcci_ring_allreduce_send(&x->plan, x->send_posted, &it);
         if (it.span.count > 0) {
             const char *base = it.from_input ? op->sendbuf : op->recvbuf;
-            res = sl->tr->isend(sl->conn, base + it.span.offset * x->esize,
-                                it.span.count * x->esize, op->seq, NULL,
-                                &x->sreq[x->send_posted % slots]);
+            res =
+                sl->tr->isend(sl->conn, base + it.span.offset * x->esize, it.span.count * x->esize,
+                              op->seq, NULL, &x->sreq[x->send_posted % slots]);
             if (res != RCC_SUCCESS)
                 return ar_fail(comm, x, res, x->send_posted, 1);
         }
@@ -175,8 +175,9 @@ rcc_result_t rcci_allreduce_advance(struct rcc_comm *comm, rcci_exec_t *x, int *
     if (!*done && now - x->last_progress_ns > comm->timeout_ns) {
         int waiting_recv = x->recv_done < x->nitems;
         size_t item = waiting_recv ? x->recv_done : x->send_done;
-        res = rcci_error(RCC_ERR_TIMEOUT, "no progress for %.0f s (the peer stalled, or ranks "
-                                          "called different operations)",
+        res = rcci_error(RCC_ERR_TIMEOUT,
+                         "no progress for %.0f s (the peer stalled, or ranks "
+                         "called different operations)",
                          comm->timeout_ns / 1e9);
         return ar_fail(comm, x, res, item, !waiting_recv);
     }

@@ -24,8 +24,11 @@ void rcci_ring_allreduce_plan(rcci_ring_plan_t *plan, size_t count, int nranks, 
 {
     size_t largest = count / (size_t)nranks + (count % (size_t)nranks ? 1 : 0);
     size_t nchunks = (largest + chunk_elems - 1) / chunk_elems;
-    *plan = (rcci_ring_plan_t){.rank = rank, .nranks = nranks, .count = count,
-                               .nchunks = nchunks ? nchunks : 1, .nsteps = 2 * (nranks - 1)};
+    *plan = (rcci_ring_plan_t){.rank = rank,
+                               .nranks = nranks,
+                               .count = count,
+                               .nchunks = nchunks ? nchunks : 1,
+                               .nsteps = 2 * (nranks - 1)};
 }
 
 size_t rcci_ring_items(const rcci_ring_plan_t *plan)

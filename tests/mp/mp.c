@@ -91,8 +91,8 @@ rcc_comm_t mp_comm(int timeout_ms)
 
 int mp_run_status(int nranks, mp_rank_fn fn, void *arg, int timeout_s, int *statuses)
 {
-    mp_area = mmap(NULL, MP_SHARED_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
-                   0);
+    mp_area =
+        mmap(NULL, MP_SHARED_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mp_area == MAP_FAILED) {
         perror("mmap");
         return -1;

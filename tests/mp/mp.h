@@ -39,7 +39,7 @@ rcc_comm_t mp_comm(int timeout_ms);
 
 #define MP_FAIL(...)                                                                               \
     do {                                                                                           \
-        fprintf(stderr, "rank failure at %s:%d: ", __FILE__, __LINE__);                           \
+        fprintf(stderr, "rank failure at %s:%d: ", __FILE__, __LINE__);                            \
         fprintf(stderr, __VA_ARGS__);                                                              \
         fprintf(stderr, "\n");                                                                     \
         return 1;                                                                                  \

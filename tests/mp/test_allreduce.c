@@ -5,6 +5,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,8 @@ static const size_t test_counts[] = {0, 1, 2, 3, 5, 7, 13, 97, 1021, 65537, 2621
  * values so sums and products wrap (the reference wraps the same way). */
 static int64_t gen_int(int r, size_t i, rcc_datatype_t dt, rcc_redop_t op)
 {
-    int is_float = dt == RCC_FLOAT16 || dt == RCC_FLOAT32 || dt == RCC_FLOAT64 || dt == RCC_BFLOAT16;
+    int is_float =
+        dt == RCC_FLOAT16 || dt == RCC_FLOAT32 || dt == RCC_FLOAT64 || dt == RCC_BFLOAT16;
     size_t h = i * 2654435761u + (size_t)r * 40503u + (size_t)dt * 7u;
     if (op == RCC_PROD)
         return is_float ? ((h % 7 == 0) ? 2 : (h % 11 == 0) ? -1 : 1) : (int64_t)(h % 251) - 125;
@@ -59,13 +61,18 @@ static void store(void *buf, size_t i, rcc_datatype_t dt, int64_t v)
         UT acc = (UT)(T)gen_int(0, i, dt, op);                                                     \
         for (int r = 1; r < n; r++) {                                                              \
             T v = (T)gen_int(r, i, dt, op);                                                        \
-            if (op == RCC_SUM || op == RCC_AVG) acc = (UT)(acc + (UT)v);                           \
-            else if (op == RCC_PROD) acc = (UT)(acc * (UT)v);                                      \
-            else if (op == RCC_MAX) acc = (T)acc > v ? acc : (UT)v;                                \
-            else acc = (T)acc < v ? acc : (UT)v;                                                   \
+            if (op == RCC_SUM || op == RCC_AVG)                                                    \
+                acc = (UT)(acc + (UT)v);                                                           \
+            else if (op == RCC_PROD)                                                               \
+                acc = (UT)(acc * (UT)v);                                                           \
+            else if (op == RCC_MAX)                                                                \
+                acc = (T)acc > v ? acc : (UT)v;                                                    \
+            else                                                                                   \
+                acc = (T)acc < v ? acc : (UT)v;                                                    \
         }                                                                                          \
         T res = (T)acc;                                                                            \
-        if (op == RCC_AVG) res = (T)(res / (T)n);                                                  \
+        if (op == RCC_AVG)                                                                         \
+            res = (T)(res / (T)n);                                                                 \
         ((T *)out)[i] = res;                                                                       \
     }                                                                                              \
     break;
@@ -185,10 +192,7 @@ static int rank_large(int rank, int n, void *arg)
     return bad;
 }
 
-START_TEST(large_64mib)
-{
-    ck_assert_int_eq(mp_run(_i, rank_large, NULL, 600), 0);
-}
+START_TEST(large_64mib) { ck_assert_int_eq(mp_run(_i, rank_large, NULL, 600), 0); }
 END_TEST
 
 static int rank_small_chunks(int rank, int n, void *arg)
@@ -210,10 +214,7 @@ static int rank_small_chunks(int rank, int n, void *arg)
     return bad;
 }
 
-START_TEST(small_chunks)
-{
-    ck_assert_int_eq(mp_run(_i, rank_small_chunks, NULL, 300), 0);
-}
+START_TEST(small_chunks) { ck_assert_int_eq(mp_run(_i, rank_small_chunks, NULL, 300), 0); }
 END_TEST
 
 /* ---- 1,000 back-to-back small allreduces ------------------------------------ */
@@ -240,10 +241,7 @@ static int rank_back_to_back(int rank, int n, void *arg)
     return 0;
 }
 
-START_TEST(back_to_back_1000)
-{
-    ck_assert_int_eq(mp_run(_i, rank_back_to_back, NULL, 300), 0);
-}
+START_TEST(back_to_back_1000) { ck_assert_int_eq(mp_run(_i, rank_back_to_back, NULL, 300), 0); }
 END_TEST
 
 /* ---- two communicators used alternately ------------------------------------- */
@@ -273,10 +271,7 @@ static int rank_two_comms(int rank, int n, void *arg)
     return 0;
 }
 
-START_TEST(two_communicators)
-{
-    ck_assert_int_eq(mp_run(_i, rank_two_comms, NULL, 300), 0);
-}
+START_TEST(two_communicators) { ck_assert_int_eq(mp_run(_i, rank_two_comms, NULL, 300), 0); }
 END_TEST
 
 /* ---- random floats: every rank ends with the same bits ---------------------- */
@@ -317,10 +312,7 @@ static int rank_identical_bits(int rank, int n, void *arg)
     return 0;
 }
 
-START_TEST(identical_bits)
-{
-    ck_assert_int_eq(mp_run(_i, rank_identical_bits, NULL, 300), 0);
-}
+START_TEST(identical_bits) { ck_assert_int_eq(mp_run(_i, rank_identical_bits, NULL, 300), 0); }
 END_TEST
 
 /* ---- more than 2^31 elements ------------------------------------------------- */
@@ -347,10 +339,7 @@ static int rank_huge(int rank, int n, void *arg)
     return 0;
 }
 
-START_TEST(more_than_2g_elements)
-{
-    ck_assert_int_eq(mp_run(2, rank_huge, NULL, 600), 0);
-}
+START_TEST(more_than_2g_elements) { ck_assert_int_eq(mp_run(2, rank_huge, NULL, 600), 0); }
 END_TEST
 
 /* ---- bad input ---------------------------------------------------------------- */
@@ -375,8 +364,8 @@ static int rank_bad_args(int rank, int n, void *arg)
         {buf, buf, SIZE_MAX / 2, RCC_FLOAT32, RCC_SUM, "overflows"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        rcc_result_t res = rcc_allreduce(cases[k].s, cases[k].r, cases[k].count, cases[k].dt,
-                                         cases[k].op, comm);
+        rcc_result_t res =
+            rcc_allreduce(cases[k].s, cases[k].r, cases[k].count, cases[k].dt, cases[k].op, comm);
         if (res != RCC_ERR_INVALID_ARGUMENT || !strstr(rcc_last_error(comm), cases[k].needle))
             MP_FAIL("case %zu: %s / '%s'", k, rcc_result_name(res), rcc_last_error(comm));
     }
@@ -388,10 +377,7 @@ static int rank_bad_args(int rank, int n, void *arg)
     return bad;
 }
 
-START_TEST(bad_arguments)
-{
-    ck_assert_int_eq(mp_run(3, rank_bad_args, NULL, 120), 0);
-}
+START_TEST(bad_arguments) { ck_assert_int_eq(mp_run(3, rank_bad_args, NULL, 120), 0); }
 END_TEST
 
 static int rank_bad_env(int rank, int n, void *arg)
@@ -449,10 +435,7 @@ static int rank_torchrun_env(int rank, int n, void *arg)
     return bad;
 }
 
-START_TEST(torchrun_environment)
-{
-    ck_assert_int_eq(mp_run(3, rank_torchrun_env, NULL, 120), 0);
-}
+START_TEST(torchrun_environment) { ck_assert_int_eq(mp_run(3, rank_torchrun_env, NULL, 120), 0); }
 END_TEST
 
 /* ---- strangers, dead peers, silent peers ------------------------------------- */
@@ -460,7 +443,8 @@ END_TEST
 static void stranger_connect(int port, const void *bytes, size_t len)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 && len)
         if (write(fd, bytes, len) < 0)
@@ -474,7 +458,8 @@ static int rank_with_stranger(int rank, int n, void *arg)
     if (rank == 2) { /* the stranger: garbage, a forged hello, silence */
         char garbage[200];
         memset(garbage, 'x', sizeof garbage);
-        unsigned char forged[96] = {0x52, 0x43, 0x43, 0x48, 1, 0, 1, 0}; /* right magic, no secret */
+        unsigned char forged[96] = {0x52, 0x43, 0x43, 0x48,
+                                    1,    0,    1,    0}; /* right magic, no secret */
         for (int k = 0; k < 50; k++) {
             stranger_connect(mp_root_port(), garbage, sizeof garbage);
             stranger_connect(mp_root_port(), forged, sizeof forged);
@@ -492,10 +477,7 @@ static int rank_with_stranger(int rank, int n, void *arg)
     return bad;
 }
 
-START_TEST(strangers_are_dropped)
-{
-    ck_assert_int_eq(mp_run(3, rank_with_stranger, NULL, 120), 0);
-}
+START_TEST(strangers_are_dropped) { ck_assert_int_eq(mp_run(3, rank_with_stranger, NULL, 120), 0); }
 END_TEST
 
 static int rank_peer_dies(int rank, int n, void *arg)
@@ -511,7 +493,8 @@ static int rank_peer_dies(int rank, int n, void *arg)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
     if (res != RCC_ERR_PEER_LOST)
-        MP_FAIL("expected RCC_ERR_PEER_LOST, got %s: %s", rcc_result_name(res), rcc_last_error(comm));
+        MP_FAIL("expected RCC_ERR_PEER_LOST, got %s: %s", rcc_result_name(res),
+                rcc_last_error(comm));
     if (!strstr(rcc_last_error(comm), "rank"))
         MP_FAIL("error does not name a rank: %s", rcc_last_error(comm));
     if (s > 10)
@@ -523,10 +506,7 @@ static int rank_peer_dies(int rank, int n, void *arg)
     return 0;
 }
 
-START_TEST(peer_death_is_reported)
-{
-    ck_assert_int_eq(mp_run(3, rank_peer_dies, NULL, 120), 0);
-}
+START_TEST(peer_death_is_reported) { ck_assert_int_eq(mp_run(3, rank_peer_dies, NULL, 120), 0); }
 END_TEST
 
 static int rank_silent_peer(int rank, int n, void *arg)
@@ -548,10 +528,52 @@ static int rank_silent_peer(int rank, int n, void *arg)
     return 0;
 }
 
-START_TEST(silent_peer_times_out)
+START_TEST(silent_peer_times_out) { ck_assert_int_eq(mp_run(2, rank_silent_peer, NULL, 60), 0); }
+END_TEST
+
+/* rcc_comm_abort from another thread frees a caller stuck waiting for a
+ * peer that never comes, at once and with RCC_ERR_ABORTED. */
+typedef struct {
+    rcc_comm_t comm;
+    rcc_result_t res;
+    double seconds;
+} abort_call_t;
+
+static void *abort_blocked_call(void *arg)
 {
-    ck_assert_int_eq(mp_run(2, rank_silent_peer, NULL, 60), 0);
+    abort_call_t *c = arg;
+    int x[64] = {0};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    c->res = rcc_allreduce(x, x, 64, RCC_INT32, RCC_SUM, c->comm);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    c->seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    return NULL;
 }
+
+static int rank_abort(int rank, int n, void *arg)
+{
+    (void)arg, (void)n;
+    rcc_comm_t comm = mp_comm(60000);
+    if (rank == 1) { /* never joins the allreduce; leaves when rank 0 is done */
+        sleep(3);
+        rcc_comm_destroy(comm);
+        return 0;
+    }
+    abort_call_t call = {.comm = comm};
+    pthread_t t;
+    pthread_create(&t, NULL, abort_blocked_call, &call);
+    usleep(500000);
+    rcc_comm_abort(comm);
+    pthread_join(t, NULL);
+    if (call.res != RCC_ERR_ABORTED)
+        MP_FAIL("blocked call returned %s", rcc_result_name(call.res));
+    if (call.seconds > 2.5)
+        MP_FAIL("abort took %.2f s to free the caller", call.seconds);
+    return 0;
+}
+
+START_TEST(abort_frees_blocked_callers) { ck_assert_int_eq(mp_run(2, rank_abort, NULL, 60), 0); }
 END_TEST
 
 static Suite *allreduce_suite(void)
@@ -575,6 +597,7 @@ static Suite *allreduce_suite(void)
     tcase_add_test(errors, strangers_are_dropped);
     tcase_add_test(errors, peer_death_is_reported);
     tcase_add_test(errors, silent_peer_times_out);
+    tcase_add_test(errors, abort_frees_blocked_callers);
     suite_add_tcase(s, errors);
     return s;
 }

@@ -209,8 +209,15 @@ if expect_rc 139 "(b) SIGSEGV" && expect_in err "rank 2" "(b) SIGSEGV" &&
     pass "(b) a rank killed by SIGSEGV gives 139 in ${elapsed_ms} ms"
 fi
 
-# Ranks that ignore SIGTERM get SIGKILL after the 5 s grace period.
-run 15 "$RUN" -n 3 sh -c 'trap "" TERM; [ "$RCC_RANK" = 0 ] && exit 3; sleep '"$MARK"
+# Ranks that ignore SIGTERM get SIGKILL after the 5 s grace period. Rank 0 fails only once the
+# others have set their trap (else SIGTERM could beat it).
+run 15 "$RUN" -n 3 sh -c 'trap "" TERM
+    if [ "$RCC_RANK" != 0 ]; then touch "$1/trap.$RCC_RANK"; exec sleep '"$MARK"'; fi
+    i=0
+    while [ ! -e "$1/trap.1" ] || [ ! -e "$1/trap.2" ]; do
+        i=$((i + 1)); [ $i -gt 200 ] && break; sleep 0.05
+    done
+    exit 3' sh "$TMP"
 if expect_rc 3 "(b) SIGTERM ignored" && expect_in err "SIGKILL" "(b) SIGTERM ignored" &&
     expect_no_orphans "(b) SIGTERM ignored"; then
     if [[ $elapsed_ms -ge 4000 && $elapsed_ms -lt 10000 ]]; then

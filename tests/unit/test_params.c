@@ -20,8 +20,8 @@ START_TEST(sizes_parse)
     ck_assert_int_eq(v, 2 << 20);
     ck_assert_int_eq(rcci_parse_size("3G", 0, INT64_MAX, &v), RCC_SUCCESS);
     ck_assert_int_eq(v, 3ll << 30);
-    static const char *const bad[] = {"", "K", "-1", "1.5", "12 parsecs", "1KB", "0x10",
-                                      "99999999999999999999", "9000000000G"};
+    static const char *const bad[] = {
+        "", "K", "-1", "1.5", "12 parsecs", "1KB", "0x10", "99999999999999999999", "9000000000G"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(rcci_parse_size(bad[i], 0, INT64_MAX, &v) != RCC_SUCCESS, "%s", bad[i]);
     ck_assert_int_ne(rcci_parse_size("100", 200, 300, &v), RCC_SUCCESS);
@@ -50,7 +50,7 @@ START_TEST(bad_value_is_named)
     setenv("RCC_SLOTS", "1000", 1);
     ck_assert_int_eq(rcci_params_load(), RCC_ERR_INVALID_ARGUMENT);
     ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "RCC_SLOTS='1000'"));
-    ck_assert_int_eq(rcci_param_int(RCCI_PARAM_SLOTS), 4); /* the default stays */
+    ck_assert_int_eq(rcci_param_int(RCCI_PARAM_SLOTS), 4);          /* the default stays */
     ck_assert_int_eq(rcci_params_load(), RCC_ERR_INVALID_ARGUMENT); /* sticky */
 }
 END_TEST

@@ -167,8 +167,11 @@ static rcc_result_t tcp_connect(void *tctx, const void *handle, uint32_t tag, in
     res = rcci_sock_connect(&addr, deadline_ns, 1, &fd);
     if (res != RCC_SUCCESS)
         return res;
-    rcci_hello_t hello = {.kind = RCCI_HELLO_TCP, .rank = ctx->env.rank,
-                          .nranks = ctx->env.nranks, .tag = tag, .comm_id = ctx->env.comm_id};
+    rcci_hello_t hello = {.kind = RCCI_HELLO_TCP,
+                          .rank = ctx->env.rank,
+                          .nranks = ctx->env.nranks,
+                          .tag = tag,
+                          .comm_id = ctx->env.comm_id};
     res = rcci_hello_send(fd, &hello, ctx->env.secret, deadline_ns);
     if (res == RCC_SUCCESS)
         res = tcp_conn_new(ctx, fd, text, out);
@@ -315,9 +318,9 @@ static rcc_result_t tcp_drive(rcci_conn_t *c)
         if (r < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 break;
-            return tcp_fail(c, rcci_error_errno(errno == ECONNRESET ? RCC_ERR_PEER_LOST
-                                                                    : RCC_ERR_SYSTEM,
-                                                errno, "receive from %s", c->peer));
+            return tcp_fail(
+                c, rcci_error_errno(errno == ECONNRESET ? RCC_ERR_PEER_LOST : RCC_ERR_SYSTEM, errno,
+                                    "receive from %s", c->peer));
         }
         rcc_result_t res = tcp_advance(c, &c->recvs, (size_t)r, 1);
         if (res != RCC_SUCCESS)

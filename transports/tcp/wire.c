@@ -33,8 +33,8 @@ rcc_result_t rcci_wire_check(const uint8_t in[RCCI_WIRE_HEADER_BYTES], uint32_t 
 {
     uint32_t magic = (uint32_t)wire_get(in, 4);
     if (magic != RCCI_WIRE_MAGIC)
-        return rcci_error(RCC_ERR_REMOTE, "%s sent bytes that are not a ringcc frame (magic 0x%08x)",
-                          peer, magic);
+        return rcci_error(RCC_ERR_REMOTE,
+                          "%s sent bytes that are not a ringcc frame (magic 0x%08x)", peer, magic);
     if (in[4] != RCCI_WIRE_VERSION || wire_get(in + 6, 2) != RCCI_WIRE_HEADER_BYTES)
         return rcci_error(RCC_ERR_REMOTE,
                           "%s speaks frame version %u with %u-byte headers; this is version %u",
