@@ -202,9 +202,19 @@ RCC_API const char *rcc_last_error(rcc_comm_t comm);
  * communicator may be used by several threads, but the caller must order the
  * calls identically on every rank (as with NCCL).
  *
- * Room reserved for later versions: rcc_i<collective>() (nonblocking, with
- * an rcc_request_t) and rcc_<collective>_stream() (CUDA stream ordered).
+ * Every collective has a nonblocking form, rcc_i<name>(..., &req), that
+ * checks its arguments, queues the operation and returns at once; the
+ * communicator's progress thread runs queued operations in call order.
+ * Buffers belong to the library until the request completes. A blocking
+ * call is its nonblocking form followed by rcc_wait.
+ *
+ * Room reserved for later versions: rcc_<collective>_stream() (CUDA stream
+ * ordered).
  * ------------------------------------------------------------------------- */
+
+/* A nonblocking operation in flight. Owned by the caller until rcc_test
+ * reports it done or rcc_wait returns; both free it and set it to NULL. */
+typedef struct rcc_request *rcc_request_t;
 
 /* recvbuf[i] = op over all ranks of sendbuf[i], for i < count, identical bits
  * on every rank. sendbuf == recvbuf is in-place; other overlap is invalid.
@@ -214,6 +224,71 @@ RCC_API const char *rcc_last_error(rcc_comm_t comm);
  * unspecified values; sendbuf is never written (unless in-place). */
 RCC_API rcc_result_t rcc_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                                    rcc_datatype_t dtype, rcc_redop_t op, rcc_comm_t comm);
+
+/* sendbuf holds nranks blocks of recvcount elements; recvbuf (recvcount
+ * elements) receives block `rank` reduced over all ranks (NCCL's
+ * ReduceScatter). In-place when recvbuf == sendbuf + rank * recvcount
+ * elements. Errors as rcc_allreduce. */
+RCC_API rcc_result_t rcc_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                        rcc_datatype_t dtype, rcc_redop_t op, rcc_comm_t comm);
+
+/* recvbuf (nranks * sendcount elements) receives every rank's sendbuf
+ * (sendcount elements), rank r's at block r (NCCL's AllGather). In-place
+ * when sendbuf == recvbuf + rank * sendcount elements. Errors as
+ * rcc_allreduce. */
+RCC_API rcc_result_t rcc_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                   rcc_datatype_t dtype, rcc_comm_t comm);
+
+/* Every rank's recvbuf receives root's sendbuf (count elements); sendbuf is
+ * read on root only, and may equal recvbuf (in place). Errors as
+ * rcc_allreduce, plus RCC_ERR_INVALID_ARGUMENT for a root outside
+ * [0, nranks). */
+RCC_API rcc_result_t rcc_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                   rcc_datatype_t dtype, int root, rcc_comm_t comm);
+
+/* root's recvbuf = op over all ranks of sendbuf (count elements); recvbuf is
+ * written on root only (others may pass NULL). In-place on root when
+ * sendbuf == recvbuf. Errors as rcc_broadcast. */
+RCC_API rcc_result_t rcc_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                rcc_datatype_t dtype, rcc_redop_t op, int root, rcc_comm_t comm);
+
+/* Returns when every rank has entered the barrier (or with an error naming
+ * who did not, after the timeout). */
+RCC_API rcc_result_t rcc_barrier(rcc_comm_t comm);
+
+/* Nonblocking forms: same arguments and checks, plus *req, which receives
+ * the request (NULL when the call fails, or when there is nothing to do:
+ * rcc_wait/rcc_test accept a NULL request as already complete). */
+RCC_API rcc_result_t rcc_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                    rcc_datatype_t dtype, rcc_redop_t op, rcc_comm_t comm,
+                                    rcc_request_t *req);
+RCC_API rcc_result_t rcc_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                         rcc_datatype_t dtype, rcc_redop_t op, rcc_comm_t comm,
+                                         rcc_request_t *req);
+RCC_API rcc_result_t rcc_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                    rcc_datatype_t dtype, rcc_comm_t comm, rcc_request_t *req);
+RCC_API rcc_result_t rcc_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                    rcc_datatype_t dtype, int root, rcc_comm_t comm,
+                                    rcc_request_t *req);
+RCC_API rcc_result_t rcc_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                                 rcc_datatype_t dtype, rcc_redop_t op, int root, rcc_comm_t comm,
+                                 rcc_request_t *req);
+RCC_API rcc_result_t rcc_ibarrier(rcc_comm_t comm, rcc_request_t *req);
+
+/* Never blocks. When the operation has finished, sets *done = 1, frees the
+ * request, sets *req = NULL and returns the operation's result (its detail
+ * in rcc_last_error(comm)); otherwise *done = 0 and RCC_SUCCESS.
+ * Thread-safe for different requests. */
+RCC_API rcc_result_t rcc_test(rcc_request_t *req, int *done);
+
+/* Blocks until the operation finishes (bounded by the communicator's
+ * timeout, enforced by its progress thread), frees the request, sets *req =
+ * NULL and returns the operation's result. */
+RCC_API rcc_result_t rcc_wait(rcc_request_t *req);
+
+/* rcc_wait on each of n requests, in any completion order; returns the
+ * first failure (all requests are waited for and freed regardless). */
+RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
 #ifndef RINGCC_CLOCK_H
 #define RINGCC_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -21,6 +22,17 @@ static inline int rcci_ms_until(int64_t deadline_ns, int cap_ms)
         return 0;
     int64_t ms = (left + 999999) / 1000000;
     return ms > cap_ms ? cap_ms : (int)ms;
+}
+
+/* A condition variable whose timed waits use CLOCK_MONOTONIC, so a change
+ * of the wall clock does not stretch or cut a deadline. */
+static inline void rcci_cond_init_monotonic(pthread_cond_t *cond)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &ca);
+    pthread_condattr_destroy(&ca);
 }
 
 #endif /* RINGCC_CLOCK_H */

@@ -1,73 +1,381 @@
 /*
  * The collective calls: argument checks, then the operation is queued on the
- * communicator and (for the blocking forms) awaited.
+ * communicator; the blocking forms wait for it, the nonblocking ones hand
+ * back a request.
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm.h"
 
-static rcc_result_t coll_check_buffers(const char *name, const void *sendbuf, void *recvbuf,
-                                       size_t count, rcc_datatype_t dtype)
+struct rcc_request {
+    rcci_op_t *op;
+};
+
+static rcc_result_t coll_check_type(const char *name, rcc_datatype_t dtype, size_t count,
+                                    size_t blocks)
 {
     size_t esize = rcc_datatype_size(dtype);
     if (esize == 0)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "%s: datatype %d is not an rcc_datatype_t",
                           name, (int)dtype);
-    if (count > SIZE_MAX / esize)
+    if (count > SIZE_MAX / esize / blocks)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "%s: count %zu of %s overflows size_t", name,
                           count, rcc_datatype_name(dtype));
-    if (count == 0)
-        return RCC_SUCCESS;
-    if (!sendbuf || !recvbuf)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "%s: %s is NULL with count %zu", name,
-                          sendbuf ? "recvbuf" : "sendbuf", count);
-    uintptr_t s = (uintptr_t)sendbuf, r = (uintptr_t)recvbuf, bytes = count * esize;
-    if (s != r && s < r + bytes && r < s + bytes)
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t coll_check_op(const char *name, rcc_redop_t op)
+{
+    if ((unsigned)op >= RCC_NUM_OPS)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "%s: op %d is not an rcc_redop_t", name,
+                          (int)op);
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t coll_check_root(const char *name, int root, const struct rcc_comm *comm)
+{
+    if (root < 0 || root >= comm->nranks)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT,
-                          "%s: sendbuf and recvbuf overlap without being equal (in-place needs "
-                          "sendbuf == recvbuf)",
+                          "%s: root %d is not a rank of this "
+                          "%d-rank communicator",
+                          name, root, comm->nranks);
+    return RCC_SUCCESS;
+}
+
+/* Two buffers may be the same (`same_ok` points at where the second may
+ * start inside the first for in-place use) but must not otherwise overlap. */
+static rcc_result_t coll_check_overlap(const char *name, const void *a, size_t abytes,
+                                       const void *b, size_t bbytes, const void *same_ok)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    if (!a || !b || abytes == 0 || bbytes == 0 || b == same_ok)
+        return RCC_SUCCESS;
+    if (x < y + bbytes && y < x + abytes)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "%s: sendbuf and recvbuf overlap without being the in-place layout",
                           name);
     return RCC_SUCCESS;
 }
 
-/* Queues `op` and waits for it; frees it. */
-static rcc_result_t coll_run(struct rcc_comm *comm, rcci_op_t *op)
+static rcc_result_t coll_check_ptr(const char *name, const void *p, const char *what)
 {
+    if (!p)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "%s: %s is NULL with count > 0", name, what);
+    return RCC_SUCCESS;
+}
+
+/* Queues `tmpl` as a new operation; *req gets its request (NULL when there
+ * is nothing to do). */
+static rcc_result_t coll_submit(struct rcc_comm *comm, const rcci_op_t *tmpl, size_t extra,
+                                rcc_request_t *req)
+{
+    *req = NULL;
+    if (tmpl->count == 0 && tmpl->coll != RCCI_COLL_BARRIER)
+        return RCC_SUCCESS; /* nothing moves, as in NCCL */
+    rcci_op_t *op = rcci_op_new(extra);
+    struct rcc_request *r = malloc(sizeof *r);
+    if (!op || !r) {
+        free(r);
+        if (op)
+            rcci_op_release(op);
+        return rcci_error(RCC_ERR_NO_MEMORY, "%s: operation record", rcci_coll_name(tmpl->coll));
+    }
+    op->coll = tmpl->coll;
+    op->sendbuf = tmpl->sendbuf;
+    op->recvbuf = tmpl->recvbuf;
+    op->count = tmpl->count;
+    op->dtype = tmpl->dtype;
+    op->redop = tmpl->redop;
+    op->root = tmpl->root;
+    if (op->coll == RCCI_COLL_BARRIER) { /* an allreduce of one byte per rank */
+        op->sendbuf = op->inline_data;
+        op->recvbuf = op->inline_data + comm->nranks;
+    }
     rcc_result_t res = rcci_progress_enqueue(comm, op);
     if (res != RCC_SUCCESS) {
-        free(op);
+        rcci_op_release(op);
+        free(r);
         return res;
     }
-    res = rcci_progress_wait(comm, op);
-    rcci_op_release(comm, op);
-    return res;
+    r->op = op;
+    *req = r;
+    return RCC_SUCCESS;
+}
+
+/* The shared body of every collective call: checks (done by the caller into
+ * `res`), submit, and for blocking calls (req == NULL) the wait. */
+static rcc_result_t coll_call(struct rcc_comm *comm, rcc_result_t res, const rcci_op_t *tmpl,
+                              rcc_request_t *req)
+{
+    rcc_request_t local = NULL;
+    if (res == RCC_SUCCESS)
+        res =
+            coll_submit(comm, tmpl, tmpl->coll == RCCI_COLL_BARRIER ? 2 * (size_t)comm->nranks : 0,
+                        req ? req : &local);
+    if (res == RCC_SUCCESS && !req)
+        res = rcc_wait(&local);
+    return rcci_comm_leave(comm, res);
+}
+
+/* Common entry: clears the thread's error, checks comm and req. */
+static rcc_result_t coll_enter(const char *name, struct rcc_comm *comm, rcc_request_t *req,
+                               int nonblocking)
+{
+    rcci_tls_error_clear();
+    if (!comm)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "%s: comm is NULL", name);
+    if (nonblocking && !req)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "%s: req (the request pointer) is NULL", name);
+    if (req)
+        *req = NULL;
+    rcci_comm_enter(comm);
+    return RCC_SUCCESS;
+}
+
+/* ---- allreduce --------------------------------------------------------------- */
+
+static rcc_result_t coll_allreduce(const char *name, const void *sendbuf, void *recvbuf,
+                                   size_t count, rcc_datatype_t dtype, rcc_redop_t redop,
+                                   rcc_comm_t comm, rcc_request_t *req)
+{
+    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    if (res != RCC_SUCCESS)
+        return res;
+    res = coll_check_type(name, dtype, count, 1);
+    if (res == RCC_SUCCESS)
+        res = coll_check_op(name, redop);
+    if (res == RCC_SUCCESS && count > 0)
+        res = coll_check_ptr(name, sendbuf, "sendbuf");
+    if (res == RCC_SUCCESS && count > 0)
+        res = coll_check_ptr(name, recvbuf, "recvbuf");
+    size_t bytes = count * rcc_datatype_size(dtype);
+    if (res == RCC_SUCCESS)
+        res = coll_check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf);
+    rcci_op_t tmpl = {.coll = RCCI_COLL_ALLREDUCE,
+                      .sendbuf = sendbuf,
+                      .recvbuf = recvbuf,
+                      .count = count,
+                      .dtype = dtype,
+                      .redop = redop};
+    return coll_call(comm, res, &tmpl, req);
 }
 
 rcc_result_t rcc_allreduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                            rcc_redop_t redop, rcc_comm_t comm)
 {
+    return coll_allreduce("rcc_allreduce", sendbuf, recvbuf, count, dtype, redop, comm, NULL);
+}
+
+rcc_result_t rcc_iallreduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
+                            rcc_redop_t redop, rcc_comm_t comm, rcc_request_t *req)
+{
+    if (!req)
+        return coll_enter("rcc_iallreduce", comm, req, 1);
+    return coll_allreduce("rcc_iallreduce", sendbuf, recvbuf, count, dtype, redop, comm, req);
+}
+
+/* ---- reduce-scatter and allgather --------------------------------------------- */
+
+static rcc_result_t coll_blocks(const char *name, rcci_coll_t coll, const void *sendbuf,
+                                void *recvbuf, size_t count, rcc_datatype_t dtype,
+                                rcc_redop_t redop, rcc_comm_t comm, rcc_request_t *req)
+{
+    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    if (res != RCC_SUCCESS)
+        return res;
+    res = coll_check_type(name, dtype, count, (size_t)comm->nranks);
+    if (res == RCC_SUCCESS && coll == RCCI_COLL_REDUCE_SCATTER)
+        res = coll_check_op(name, redop);
+    if (res == RCC_SUCCESS && count > 0)
+        res = coll_check_ptr(name, sendbuf, "sendbuf");
+    if (res == RCC_SUCCESS && count > 0)
+        res = coll_check_ptr(name, recvbuf, "recvbuf");
+    size_t block = count * rcc_datatype_size(dtype), all = block * (size_t)comm->nranks;
+    if (res == RCC_SUCCESS && coll == RCCI_COLL_REDUCE_SCATTER)
+        res = coll_check_overlap(name, sendbuf, all, recvbuf, block,
+                                 (const char *)sendbuf + (size_t)comm->rank * block);
+    if (res == RCC_SUCCESS && coll == RCCI_COLL_ALLGATHER)
+        res = coll_check_overlap(name, recvbuf, all, sendbuf, block,
+                                 (const char *)recvbuf + (size_t)comm->rank * block);
+    rcci_op_t tmpl = {.coll = coll,
+                      .sendbuf = sendbuf,
+                      .recvbuf = recvbuf,
+                      .count = count,
+                      .dtype = dtype,
+                      .redop = coll == RCCI_COLL_ALLGATHER ? RCC_SUM : redop};
+    return coll_call(comm, res, &tmpl, req);
+}
+
+rcc_result_t rcc_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                rcc_datatype_t dtype, rcc_redop_t redop, rcc_comm_t comm)
+{
+    return coll_blocks("rcc_reduce_scatter", RCCI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount,
+                       dtype, redop, comm, NULL);
+}
+
+rcc_result_t rcc_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                 rcc_datatype_t dtype, rcc_redop_t redop, rcc_comm_t comm,
+                                 rcc_request_t *req)
+{
+    if (!req)
+        return coll_enter("rcc_ireduce_scatter", comm, req, 1);
+    return coll_blocks("rcc_ireduce_scatter", RCCI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount,
+                       dtype, redop, comm, req);
+}
+
+rcc_result_t rcc_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                           rcc_datatype_t dtype, rcc_comm_t comm)
+{
+    return coll_blocks("rcc_allgather", RCCI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
+                       RCC_SUM, comm, NULL);
+}
+
+rcc_result_t rcc_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                            rcc_datatype_t dtype, rcc_comm_t comm, rcc_request_t *req)
+{
+    if (!req)
+        return coll_enter("rcc_iallgather", comm, req, 1);
+    return coll_blocks("rcc_iallgather", RCCI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
+                       RCC_SUM, comm, req);
+}
+
+/* ---- broadcast and reduce ----------------------------------------------------- */
+
+static rcc_result_t coll_rooted(const char *name, rcci_coll_t coll, const void *sendbuf,
+                                void *recvbuf, size_t count, rcc_datatype_t dtype,
+                                rcc_redop_t redop, int root, rcc_comm_t comm, rcc_request_t *req)
+{
+    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    if (res != RCC_SUCCESS)
+        return res;
+    res = coll_check_type(name, dtype, count, 1);
+    if (res == RCC_SUCCESS && coll == RCCI_COLL_REDUCE)
+        res = coll_check_op(name, redop);
+    if (res == RCC_SUCCESS)
+        res = coll_check_root(name, root, comm);
+    int is_root = comm->rank == root;
+    /* broadcast reads sendbuf on root and writes recvbuf everywhere; reduce
+     * reads sendbuf everywhere and writes recvbuf on root. */
+    int need_send = coll == RCCI_COLL_REDUCE || is_root;
+    int need_recv = coll == RCCI_COLL_BROADCAST || is_root;
+    if (res == RCC_SUCCESS && count > 0 && need_send)
+        res = coll_check_ptr(name, sendbuf, "sendbuf");
+    if (res == RCC_SUCCESS && count > 0 && need_recv)
+        res = coll_check_ptr(name, recvbuf, "recvbuf");
+    size_t bytes = count * rcc_datatype_size(dtype);
+    if (res == RCC_SUCCESS && need_send && need_recv)
+        res = coll_check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf);
+    rcci_op_t tmpl = {.coll = coll,
+                      .sendbuf = need_send ? sendbuf : NULL,
+                      .recvbuf = need_recv ? recvbuf : NULL,
+                      .count = count,
+                      .dtype = dtype,
+                      .redop = coll == RCCI_COLL_REDUCE ? redop : RCC_SUM,
+                      .root = root};
+    return coll_call(comm, res, &tmpl, req);
+}
+
+rcc_result_t rcc_broadcast(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
+                           int root, rcc_comm_t comm)
+{
+    return coll_rooted("rcc_broadcast", RCCI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype,
+                       RCC_SUM, root, comm, NULL);
+}
+
+rcc_result_t rcc_ibroadcast(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
+                            int root, rcc_comm_t comm, rcc_request_t *req)
+{
+    if (!req)
+        return coll_enter("rcc_ibroadcast", comm, req, 1);
+    return coll_rooted("rcc_ibroadcast", RCCI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype,
+                       RCC_SUM, root, comm, req);
+}
+
+rcc_result_t rcc_reduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
+                        rcc_redop_t redop, int root, rcc_comm_t comm)
+{
+    return coll_rooted("rcc_reduce", RCCI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, redop, root,
+                       comm, NULL);
+}
+
+rcc_result_t rcc_ireduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
+                         rcc_redop_t redop, int root, rcc_comm_t comm, rcc_request_t *req)
+{
+    if (!req)
+        return coll_enter("rcc_ireduce", comm, req, 1);
+    return coll_rooted("rcc_ireduce", RCCI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, redop, root,
+                       comm, req);
+}
+
+/* ---- barrier ------------------------------------------------------------------ */
+
+static rcc_result_t coll_barrier(const char *name, rcc_comm_t comm, rcc_request_t *req)
+{
+    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    if (res != RCC_SUCCESS)
+        return res;
+    rcci_op_t tmpl = {.coll = RCCI_COLL_BARRIER,
+                      .count = (size_t)comm->nranks,
+                      .dtype = RCC_INT8,
+                      .redop = RCC_SUM};
+    return coll_call(comm, RCC_SUCCESS, &tmpl, req);
+}
+
+rcc_result_t rcc_barrier(rcc_comm_t comm) { return coll_barrier("rcc_barrier", comm, NULL); }
+
+rcc_result_t rcc_ibarrier(rcc_comm_t comm, rcc_request_t *req)
+{
+    if (!req)
+        return coll_enter("rcc_ibarrier", comm, req, 1);
+    return coll_barrier("rcc_ibarrier", comm, req);
+}
+
+/* ---- requests ----------------------------------------------------------------- */
+
+static rcc_result_t req_finish(rcc_request_t *req)
+{
+    rcci_op_t *op = (*req)->op;
+    rcc_result_t res = rcci_op_wait(op); /* done already: returns at once */
+    rcci_op_release(op);
+    free(*req);
+    *req = NULL;
+    return res;
+}
+
+rcc_result_t rcc_test(rcc_request_t *req, int *done)
+{
     rcci_tls_error_clear();
-    if (!comm)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_allreduce: comm is NULL");
-    rcci_comm_enter(comm);
-    rcc_result_t res = coll_check_buffers("rcc_allreduce", sendbuf, recvbuf, count, dtype);
-    if (res == RCC_SUCCESS && (unsigned)redop >= RCC_NUM_OPS)
-        res = rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_allreduce: op %d is not an rcc_redop_t",
-                         (int)redop);
-    if (res == RCC_SUCCESS && count > 0) {
-        rcci_op_t *op = calloc(1, sizeof *op);
-        if (!op) {
-            res = rcci_error(RCC_ERR_NO_MEMORY, "rcc_allreduce: operation record");
-        } else {
-            *op = (rcci_op_t){.kind = RCCI_OP_ALLREDUCE,
-                              .sendbuf = sendbuf,
-                              .recvbuf = recvbuf,
-                              .count = count,
-                              .dtype = dtype,
-                              .redop = redop};
-            res = coll_run(comm, op);
+    if (!req || !done)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_test: NULL %s", req ? "done" : "req");
+    *done = !*req || rcci_op_done((*req)->op);
+    return *done && *req ? req_finish(req) : RCC_SUCCESS;
+}
+
+rcc_result_t rcc_wait(rcc_request_t *req)
+{
+    rcci_tls_error_clear();
+    if (!req)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_wait: req is NULL");
+    return *req ? req_finish(req) : RCC_SUCCESS;
+}
+
+rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs)
+{
+    if (n < 0 || (n > 0 && !reqs))
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_wait_all: %d requests at %p", n,
+                          (void *)reqs);
+    rcc_result_t first = RCC_SUCCESS;
+    char error[RCCI_ERR_TEXT_BYTES] = "";
+    for (int i = 0; i < n; i++) {
+        rcc_result_t res = rcc_wait(&reqs[i]);
+        if (res != RCC_SUCCESS && first == RCC_SUCCESS) {
+            first = res;
+            strncpy(error, rcci_tls_error(), sizeof error - 1);
         }
     }
-    return rcci_comm_leave(comm, res);
+    if (first != RCC_SUCCESS)
+        rcci_tls_error_set(error);
+    return first;
 }

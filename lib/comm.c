@@ -261,6 +261,8 @@ static void comm_free(struct rcc_comm *comm)
     if (comm->wake_fd >= 0)
         close(comm->wake_fd);
     free(comm->slot_mem);
+    free(comm->stage_mem);
+    free(comm->scratch);
     pthread_mutex_destroy(&comm->lock);
     pthread_cond_destroy(&comm->cond);
     free(comm);
@@ -287,11 +289,7 @@ static rcc_result_t comm_init(rcc_comm_t *out, int nranks, const rcci_id_t *id, 
     comm->comm_id = id->comm_id;
     comm->epoll_fd = comm->wake_fd = -1;
     pthread_mutex_init(&comm->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&comm->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    rcci_cond_init_monotonic(&comm->cond);
     rcci_log_set_rank(rank);
     RCC_CHECK(comm_read_config(comm, config));
     RCC_CHECK(rcci_bootstrap_init(id, rank, nranks, comm->timeout_ns,
@@ -299,7 +297,9 @@ static rcc_result_t comm_init(rcc_comm_t *out, int nranks, const rcci_id_t *id, 
     if (nranks > 1) {
         RCC_CHECK(comm_connect_ring(comm, id));
         RCC_CHECK(rcci_bootstrap_barrier(comm->bootstrap));
-        if (posix_memalign((void **)&comm->slot_mem, 4096, (size_t)comm->slots * comm->chunk_bytes))
+        size_t slot_bytes = (size_t)comm->slots * comm->chunk_bytes;
+        if (posix_memalign((void **)&comm->slot_mem, 4096, slot_bytes) ||
+            posix_memalign((void **)&comm->stage_mem, 4096, slot_bytes))
             RCC_FAIL(RCC_ERR_NO_MEMORY, "%d receive slots of %zu bytes", comm->slots,
                      comm->chunk_bytes);
     }

@@ -10,30 +10,33 @@
 #include <stdint.h>
 
 #include "bootstrap.h"
+#include "coll/schedule.h"
 #include "err.h"
 #include "ringcc.h"
 #include "transport.h"
 
-typedef enum { RCCI_OP_ALLREDUCE = 0 } rcci_op_kind_t;
-
 /* One collective call, from the caller's thread to the progress thread and
- * back. Reference-counted: the caller and the progress thread each hold one
- * reference, so a caller that gives up waiting never frees it under the
- * progress thread. */
+ * back. Reference-counted: the caller (its request) and the progress thread
+ * each hold one, and completion is signalled on the operation itself, so a
+ * request outlives its communicator safely. */
 typedef struct rcci_op {
-    struct rcci_op *next; /* queue link */
-    int refs;             /* under comm->lock */
-    rcci_op_kind_t kind;
+    struct rcci_op *next; /* queue link, under comm->lock */
+    atomic_int refs;
+    rcci_coll_t coll;
     const void *sendbuf;
     void *recvbuf;
-    size_t count;
+    size_t count; /* as the schedule counts it (schedule.h) */
     rcc_datatype_t dtype;
     rcc_redop_t redop;
+    int root;
     uint32_t seq; /* per-communicator operation number, carried on the wire */
-    /* Completion, under comm->lock. */
+    /* Completion, under `lock`. */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
     int done;
     rcc_result_t result;
     char error[RCCI_ERR_TEXT_BYTES];
+    char inline_data[]; /* buffers the operation owns (a barrier's) */
 } rcci_op_t;
 
 /* One ring edge: the connection and the transport that runs it. */
@@ -56,7 +59,10 @@ struct rcc_comm {
     void *tctx[8];
     rcci_link_t send_link; /* to rank + 1 */
     rcci_link_t recv_link; /* from rank - 1 */
-    char *slot_mem;        /* slots x chunk_bytes receive staging for reductions */
+    char *slot_mem;        /* slots x chunk_bytes: receive slots for reductions */
+    char *stage_mem;       /* slots x chunk_bytes: partial results waiting to be sent */
+    char *scratch;         /* grow-only scratch for schedules that need it */
+    size_t scratch_bytes;
 
     /* Progress thread and its queue. */
     pthread_t progress;
@@ -89,19 +95,25 @@ void rcci_progress_stop(struct rcc_comm *comm);
 void rcci_progress_abort(struct rcc_comm *comm);
 /* Queues an operation (takes a reference for the progress thread). */
 rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op);
-/* Waits for `op` to finish; returns its result with the detail in this
- * thread's error text. */
-rcc_result_t rcci_progress_wait(struct rcc_comm *comm, rcci_op_t *op);
-void rcci_op_release(struct rcc_comm *comm, rcci_op_t *op);
 
-/* Collective executors (coll/), called on the progress thread only.
- * start prepares; advance moves it forward without blocking, setting
- * *progressed when anything happened and *done at the end; finish releases
- * what advance still holds (after an error too). */
+/* A new operation with one reference and `extra` bytes of inline_data. */
+rcci_op_t *rcci_op_new(size_t extra);
+void rcci_op_release(rcci_op_t *op);
+/* Whether it finished (never blocks). */
+int rcci_op_done(rcci_op_t *op);
+/* Waits for it to finish; returns its result with the detail in this
+ * thread's error text. */
+rcc_result_t rcci_op_wait(rcci_op_t *op);
+
+/* The pipeline that executes every collective's schedule (coll/pipeline.c),
+ * called on the progress thread only. start prepares; advance moves it
+ * forward without blocking, setting *progressed when anything happened and
+ * *done at the end; finish releases what advance still holds (after an
+ * error too). */
 typedef struct rcci_exec rcci_exec_t;
-rcc_result_t rcci_allreduce_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec);
-rcc_result_t rcci_allreduce_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed,
-                                    int *done);
-void rcci_allreduce_finish(struct rcc_comm *comm, rcci_exec_t *exec);
+rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec);
+rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed,
+                               int *done);
+void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *exec);
 
 #endif /* RINGCC_COMM_H */

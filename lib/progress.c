@@ -19,25 +19,36 @@
 
 #define IDLE_WAIT_MS 1000 /* upper bound on one sleep; deadlines are re-checked */
 
-void rcci_op_release(struct rcc_comm *comm, rcci_op_t *op)
+rcci_op_t *rcci_op_new(size_t extra)
 {
-    pthread_mutex_lock(&comm->lock);
-    int last = --op->refs == 0;
-    pthread_mutex_unlock(&comm->lock);
-    if (last)
-        free(op);
+    rcci_op_t *op = calloc(1, sizeof *op + extra);
+    if (!op)
+        return NULL;
+    pthread_mutex_init(&op->lock, NULL);
+    rcci_cond_init_monotonic(&op->cond);
+    atomic_init(&op->refs, 1);
+    return op;
 }
 
-static void progress_complete(struct rcc_comm *comm, rcci_op_t *op, rcc_result_t res)
+void rcci_op_release(rcci_op_t *op)
 {
-    pthread_mutex_lock(&comm->lock);
+    if (atomic_fetch_sub(&op->refs, 1) != 1)
+        return;
+    pthread_mutex_destroy(&op->lock);
+    pthread_cond_destroy(&op->cond);
+    free(op);
+}
+
+static void progress_complete(rcci_op_t *op, rcc_result_t res)
+{
+    pthread_mutex_lock(&op->lock);
     op->result = res;
     if (res != RCC_SUCCESS)
         snprintf(op->error, sizeof op->error, "%s", rcci_tls_error());
     op->done = 1;
-    pthread_cond_broadcast(&comm->cond);
-    pthread_mutex_unlock(&comm->lock);
-    rcci_op_release(comm, op);
+    pthread_cond_broadcast(&op->cond);
+    pthread_mutex_unlock(&op->lock);
+    rcci_op_release(op);
 }
 
 /* After a failure the byte streams are out of step: close the links so no
@@ -88,8 +99,8 @@ static void *progress_main(void *arg)
             abort_seen = 1;
             rcc_result_t res = rcci_error(RCC_ERR_ABORTED, "the communicator was aborted");
             if (cur) {
-                rcci_allreduce_finish(comm, exec);
-                progress_complete(comm, cur, res);
+                rcci_coll_finish(comm, exec);
+                progress_complete(cur, res);
                 cur = NULL;
             }
             progress_break(comm, res);
@@ -115,23 +126,23 @@ static void *progress_main(void *arg)
             if (broken != RCC_SUCCESS)
                 rcci_error(broken, "the communicator failed earlier: %s", comm->broken_text);
             else
-                res = rcci_allreduce_start(comm, cur, &exec);
+                res = rcci_coll_start(comm, cur, &exec);
             if (res != RCC_SUCCESS) {
-                rcci_allreduce_finish(comm, exec);
+                rcci_coll_finish(comm, exec);
                 exec = NULL;
-                progress_complete(comm, cur, res);
+                progress_complete(cur, res);
                 cur = NULL;
                 continue;
             }
         }
         int progressed, done;
-        rcc_result_t res = rcci_allreduce_advance(comm, exec, &progressed, &done);
+        rcc_result_t res = rcci_coll_advance(comm, exec, &progressed, &done);
         if (res != RCC_SUCCESS || done) {
-            rcci_allreduce_finish(comm, exec);
+            rcci_coll_finish(comm, exec);
             exec = NULL;
             if (res != RCC_SUCCESS)
                 progress_break(comm, res);
-            progress_complete(comm, cur, res);
+            progress_complete(cur, res);
             cur = NULL;
             continue;
         }
@@ -200,7 +211,7 @@ rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op)
         return rcci_error(RCC_ERR_INVALID_USAGE, "the communicator is being destroyed or aborted");
     }
     op->seq = comm->next_seq++;
-    op->refs = 2;
+    atomic_fetch_add(&op->refs, 1); /* the progress thread's */
     op->next = NULL;
     if (comm->queue_tail)
         comm->queue_tail->next = op;
@@ -212,22 +223,25 @@ rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op)
     return RCC_SUCCESS;
 }
 
-rcc_result_t rcci_progress_wait(struct rcc_comm *comm, rcci_op_t *op)
+int rcci_op_done(rcci_op_t *op)
 {
-    pthread_mutex_lock(&comm->lock);
+    pthread_mutex_lock(&op->lock);
+    int done = op->done;
+    pthread_mutex_unlock(&op->lock);
+    return done;
+}
+
+rcc_result_t rcci_op_wait(rcci_op_t *op)
+{
+    pthread_mutex_lock(&op->lock);
     /* The progress thread ends every operation: by success, by error, by
-     * abort, or when it stalls past the timeout. The timed wait only keeps
-     * this thread responsive to an abort. */
-    while (!op->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
-    }
+     * abort, or when it stalls past the timeout; so this wait is bounded. */
+    while (!op->done)
+        pthread_cond_wait(&op->cond, &op->lock);
     rcc_result_t res = op->result;
     if (res != RCC_SUCCESS)
         rcci_tls_error_set(op->error);
-    pthread_mutex_unlock(&comm->lock);
+    pthread_mutex_unlock(&op->lock);
     return res;
 }
 

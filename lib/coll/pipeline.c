@@ -1,0 +1,220 @@
+/*
+ * The pipeline: executes any schedule (schedule.h) chunk by chunk on the
+ * progress thread.
+ *
+ * Steps flow in order on both ring edges. A send leaves as soon as the
+ * receive it forwards is finished; up to `slots` receives and `slots` sends
+ * are in flight, so while chunk k is being reduced chunk k+1 is arriving and
+ * the finished chunk k-1 is leaving. Receives that reduce land in receive
+ * slots and are combined with the local operand straight into their
+ * destination; copy receives land in the output directly; sends go straight
+ * from the caller's buffers (or from scratch, for partial results the caller
+ * has no room for). Each segment is reduced once, by one rank, so every rank
+ * ends with the same bits.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "comm.h"
+#include "log.h"
+#include "reduce.h"
+#include "schedule.h"
+
+struct rcci_exec {
+    rcci_op_t *op;
+    rcci_schedule_t sched;
+    size_t send_posted, send_done, recv_posted, recv_done;
+    rcci_request_t **sreq, **rreq; /* ring buffers indexed by item % slots */
+    int64_t last_progress_ns;
+    int local_done;
+};
+
+static char *pipe_slot(struct rcc_comm *comm, size_t item)
+{
+    return comm->slot_mem + (item % (size_t)comm->slots) * comm->chunk_bytes;
+}
+
+/* Names the step in an error: "reduce_scatter #7 (float32 sum, 1000
+ * elements) item 2, receiving from rank 1 (127.0.0.1:4000): " + detail. */
+static rcc_result_t pipe_fail(struct rcc_comm *comm, rcci_exec_t *x, rcc_result_t res, size_t item,
+                              int is_send)
+{
+    char peer[128];
+    int rank = is_send ? comm->send_link.peer : comm->recv_link.peer;
+    rcci_bootstrap_peer_name(comm->bootstrap, rank, peer, sizeof peer);
+    const rcci_op_t *op = x->op;
+    size_t nchunks = x->sched.ring.nchunks ? x->sched.ring.nchunks : 1;
+    rcci_error_prefix(
+        "%s #%u (%s %s, count %zu, root %d) step %zu chunk %zu, %s %s: ", rcci_coll_name(op->coll),
+        op->seq, rcc_datatype_name(op->dtype), rcc_redop_name(op->redop), op->count, op->root,
+        item / nchunks, item % nchunks, is_send ? "sending to" : "receiving from", peer);
+    return res;
+}
+
+/* Grows the communicator's scratch to `bytes` (kept for later operations). */
+static rcc_result_t pipe_scratch(struct rcc_comm *comm, size_t bytes)
+{
+    if (bytes <= comm->scratch_bytes)
+        return RCC_SUCCESS;
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, bytes) != 0)
+        return rcci_error(RCC_ERR_NO_MEMORY, "%zu bytes of scratch for partial results", bytes);
+    free(comm->scratch);
+    comm->scratch = p;
+    comm->scratch_bytes = bytes;
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **out)
+{
+    rcci_exec_t *x = calloc(1, sizeof *x);
+    if (!x)
+        return rcci_error(RCC_ERR_NO_MEMORY, "operation state");
+    *out = x;
+    x->op = op;
+    size_t esize = rcc_datatype_size(op->dtype);
+    rcc_result_t res = pipe_scratch(comm, rcci_schedule_scratch_bytes(op->coll, op->count, esize));
+    if (res != RCC_SUCCESS)
+        return res;
+    x->sched = (rcci_schedule_t){.coll = op->coll,
+                                 .rank = comm->rank,
+                                 .nranks = comm->nranks,
+                                 .root = op->root,
+                                 .count = op->count,
+                                 .esize = esize,
+                                 .redop = op->redop,
+                                 .sendbuf = op->sendbuf,
+                                 .recvbuf = op->recvbuf,
+                                 .scratch = comm->scratch,
+                                 .stage = comm->stage_mem,
+                                 .slots = (size_t)comm->slots,
+                                 .chunk_elems = comm->chunk_bytes / esize};
+    rcci_schedule_init(&x->sched);
+    x->sreq = calloc((size_t)comm->slots, sizeof *x->sreq);
+    x->rreq = calloc((size_t)comm->slots, sizeof *x->rreq);
+    x->last_progress_ns = rcci_now_ns();
+    if (!x->sreq || !x->rreq)
+        return rcci_error(RCC_ERR_NO_MEMORY, "request table");
+    return RCC_SUCCESS;
+}
+
+/* Retires the requests of one direction in order, up to the first that is
+ * still moving; a finished receive is reduced on the spot. */
+static rcc_result_t pipe_reap(struct rcc_comm *comm, rcci_exec_t *x, int sends, int *progressed)
+{
+    const rcci_link_t *link = sends ? &comm->send_link : &comm->recv_link;
+    rcci_request_t **reqs = sends ? x->sreq : x->rreq;
+    size_t *done = sends ? &x->send_done : &x->recv_done;
+    size_t posted = sends ? x->send_posted : x->recv_posted;
+    const rcci_op_t *op = x->op;
+    while (*done < posted) {
+        rcci_recv_step_t step;
+        if (!sends) {
+            rcci_schedule_recv(&x->sched, *done, &step);
+            if (step.guard >= 0 && (size_t)step.guard >= x->send_done)
+                break; /* the output area is still being sent from */
+        }
+        rcci_request_t **req = &reqs[*done % (size_t)comm->slots];
+        int complete = 1; /* empty steps were never posted */
+        if (*req) {
+            rcc_result_t res = link->tr->test(*req, &complete);
+            if (res != RCC_SUCCESS) {
+                *req = NULL;
+                return pipe_fail(comm, x, res, *done, sends);
+            }
+            if (!complete)
+                break;
+            *req = NULL;
+        }
+        if (!sends && step.local && step.count > 0)
+            rcci_reduce(step.out, step.local, pipe_slot(comm, *done), step.count, op->dtype,
+                        op->redop, step.divisor);
+        (*done)++;
+        *progressed = 1;
+    }
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progressed, int *done)
+{
+    const rcci_op_t *op = x->op;
+    const rcci_link_t *sl = &comm->send_link, *rl = &comm->recv_link;
+    size_t slots = (size_t)comm->slots, esize = x->sched.esize;
+    rcc_result_t res;
+    *progressed = *done = 0;
+    if (!x->local_done) {
+        rcci_schedule_local(&x->sched);
+        x->local_done = *progressed = 1;
+    }
+    res = pipe_reap(comm, x, 0, progressed);
+    if (res != RCC_SUCCESS)
+        return res;
+    while (x->recv_posted < x->sched.nrecv && x->recv_posted < x->recv_done + slots) {
+        rcci_recv_step_t step;
+        rcci_schedule_recv(&x->sched, x->recv_posted, &step);
+        if (step.count > 0) { /* empty steps are skipped on both sides */
+            void *dst = step.local ? pipe_slot(comm, x->recv_posted) : step.dst;
+            res = rl->tr->irecv(rl->conn, dst, step.count * esize, op->seq, NULL,
+                                &x->rreq[x->recv_posted % slots]);
+            if (res != RCC_SUCCESS)
+                return pipe_fail(comm, x, res, x->recv_posted, 0);
+        }
+        x->recv_posted++;
+        *progressed = 1;
+    }
+    res = pipe_reap(comm, x, 1, progressed);
+    if (res != RCC_SUCCESS)
+        return res;
+    while (x->send_posted < x->sched.nsend && x->send_posted < x->send_done + slots) {
+        rcci_send_step_t step;
+        rcci_schedule_send(&x->sched, x->send_posted, &step);
+        if (step.dep >= 0 && (size_t)step.dep >= x->recv_done)
+            break; /* what it forwards has not arrived (or been reduced) yet */
+        if (step.count > 0) {
+            res = sl->tr->isend(sl->conn, step.src, step.count * esize, op->seq, NULL,
+                                &x->sreq[x->send_posted % slots]);
+            if (res != RCC_SUCCESS)
+                return pipe_fail(comm, x, res, x->send_posted, 1);
+        }
+        x->send_posted++;
+        *progressed = 1;
+    }
+    int64_t now = rcci_now_ns();
+    if (*progressed)
+        x->last_progress_ns = now;
+    *done = x->recv_done == x->sched.nrecv && x->send_done == x->sched.nsend;
+    if (!*done && now - x->last_progress_ns > comm->timeout_ns) {
+        int waiting_recv = x->recv_done < x->sched.nrecv;
+        size_t item = waiting_recv ? x->recv_done : x->send_done;
+        res = rcci_error(RCC_ERR_TIMEOUT,
+                         "no progress for %.0f s (the peer stalled, or ranks called different "
+                         "operations)",
+                         comm->timeout_ns / 1e9);
+        return pipe_fail(comm, x, res, item, !waiting_recv);
+    }
+    return RCC_SUCCESS;
+}
+
+void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
+{
+    if (!x)
+        return;
+    /* Requests still out after a failure: one test frees those that ended;
+     * the rest stay queued on their connection, which the progress thread
+     * closes after a failure (freeing them). */
+    char error[RCCI_ERR_TEXT_BYTES]; /* the failure being reported stays the story */
+    snprintf(error, sizeof error, "%s", rcci_tls_error());
+    for (int i = 0; i < comm->slots && x->sreq && x->rreq; i++) {
+        int complete;
+        if (x->sreq[i])
+            comm->send_link.tr->test(x->sreq[i], &complete);
+        if (x->rreq[i])
+            comm->recv_link.tr->test(x->rreq[i], &complete);
+    }
+    rcci_tls_error_set(error);
+    free(x->sreq);
+    free(x->rreq);
+    free(x);
+}
