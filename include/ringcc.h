@@ -182,6 +182,18 @@ RCC_API rcc_result_t rcc_comm_destroy(rcc_comm_t comm);
  * memory is freed. */
 RCC_API rcc_result_t rcc_comm_abort(rcc_comm_t comm);
 
+/* Splits `comm` into sub-communicators (MPI_Comm_split, ncclCommSplit):
+ * ranks passing the same color form one, ranked by (key, rank in comm).
+ * color RCC_SPLIT_NOCOLOR takes part but joins none (*newcomm = NULL).
+ * Collective over `comm`: every rank must call it, in the same order
+ * relative to other splits. Uses comm's bootstrap, no new rendezvous; the
+ * new communicator inherits comm's timeout and chunk size. Blocking (bounded
+ * by the timeout). Must not run concurrently with another split of `comm`.
+ * Errors: RCC_ERR_INVALID_ARGUMENT (NULL, color < RCC_SPLIT_NOCOLOR),
+ * RCC_ERR_TIMEOUT, RCC_ERR_PEER_LOST, RCC_ERR_SYSTEM. */
+#define RCC_SPLIT_NOCOLOR (-1)
+RCC_API rcc_result_t rcc_comm_split(rcc_comm_t comm, int color, int key, rcc_comm_t *newcomm);
+
 /* This rank's index and the number of ranks. Never block; thread-safe. */
 RCC_API rcc_result_t rcc_comm_rank(const rcc_comm_t comm, int *rank);
 RCC_API rcc_result_t rcc_comm_size(const rcc_comm_t comm, int *size);
@@ -274,6 +286,21 @@ RCC_API rcc_result_t rcc_ireduce(const void *sendbuf, void *recvbuf, size_t coun
                                  rcc_datatype_t dtype, rcc_redop_t op, int root, rcc_comm_t comm,
                                  rcc_request_t *req);
 RCC_API rcc_result_t rcc_ibarrier(rcc_comm_t comm, rcc_request_t *req);
+
+/* Groups (NCCL's ncclGroupStart/ncclGroupEnd), per thread. Collective calls
+ * made between rcc_group_start and the matching rcc_group_end check their
+ * arguments and return at once, blocking forms included; rcc_group_end
+ * launches them together, in call order per communicator, fusing
+ * consecutive allreduces of one dtype and op on one communicator into one
+ * buffer and one ring pass (tensor fusion, up to RCC_FUSION_BYTES), and
+ * returns when the operations issued with blocking calls have finished
+ * (nonblocking ones complete through their requests, which must not be
+ * waited for before the group ends). Groups nest; only the outermost end
+ * launches. Buffers of every call must stay valid until it completes.
+ * Errors: rcc_group_end without a start is RCC_ERR_INVALID_USAGE; otherwise
+ * the first failure among the group's blocking operations. */
+RCC_API rcc_result_t rcc_group_start(void);
+RCC_API rcc_result_t rcc_group_end(void);
 
 /* Never blocks. When the operation has finished, sets *done = 1, frees the
  * request, sets *req = NULL and returns the operation's result (its detail

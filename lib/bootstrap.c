@@ -256,31 +256,16 @@ out:
     return res;
 }
 
-rcc_result_t rcci_bootstrap_init(const rcci_id_t *id, int rank, int nranks, int64_t timeout_ns,
-                                 const char *ifname, rcci_bootstrap_t **out)
+/* Connects this rank to the next one and accepts the previous one. */
+static rcc_result_t bs_connect_ring(rcci_bootstrap_t *bs, int64_t deadline)
 {
     rcc_result_t res = RCC_SUCCESS;
-    int64_t deadline = rcci_now_ns() + timeout_ns;
-    rcci_bootstrap_t *bs = calloc(1, sizeof *bs);
-    if (!bs)
-        return rcci_error(RCC_ERR_NO_MEMORY, "bootstrap");
-    *bs = (rcci_bootstrap_t){.rank = rank,
-                             .nranks = nranks,
-                             .timeout_ns = timeout_ns,
-                             .next_fd = -1,
-                             .prev_fd = -1,
-                             .comm_id = id->comm_id};
-    memcpy(bs->secret, id->secret, sizeof bs->secret);
-    rcci_addr_t any;
-    int lfd;
-    RCC_CHECK(rcci_addr_pick_local(ifname, &id->root, &any, bs->ifname, sizeof bs->ifname));
-    RCC_CHECK(rcci_sock_listen(&any, &lfd, &bs->local));
-    RCC_CHECK(rcci_acceptor_create(lfd, bs->secret, bs->comm_id, &bs->acceptor));
-    RCC_CHECK(bs_meet_root(bs, id, deadline));
-    if (nranks > 1) {
-        int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-        rcci_hello_t hello = {
-            .kind = RCCI_HELLO_BOOTSTRAP, .rank = rank, .nranks = nranks, .comm_id = bs->comm_id};
+    if (bs->nranks > 1) {
+        int next = (bs->rank + 1) % bs->nranks, prev = (bs->rank + bs->nranks - 1) % bs->nranks;
+        rcci_hello_t hello = {.kind = RCCI_HELLO_BOOTSTRAP,
+                              .rank = bs->rank,
+                              .nranks = bs->nranks,
+                              .comm_id = bs->comm_id};
         /* Connecting first cannot deadlock: the kernel completes the
          * handshake and buffers the hello before the peer accepts. */
         RCC_CHECK(rcci_sock_connect(&bs->peers[next], deadline, 1, &bs->next_fd));
@@ -289,6 +274,120 @@ rcc_result_t rcci_bootstrap_init(const rcci_id_t *id, int rank, int nranks, int6
         RCC_CHECK(rcci_acceptor_accept(bs->acceptor, RCCI_HELLO_BOOTSTRAP, prev, 0, deadline,
                                        &bs->prev_fd, &got));
     }
+out:
+    return res;
+}
+
+/* A bootstrap with its listener up, not yet part of a job. */
+static rcc_result_t bs_new(int rank, int nranks, int64_t timeout_ns, const uint8_t *secret,
+                           uint64_t comm_id, const rcci_addr_t *listen_on, rcci_bootstrap_t **out)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    int lfd = -1;
+    rcci_bootstrap_t *bs = calloc(1, sizeof *bs);
+    if (!bs)
+        return rcci_error(RCC_ERR_NO_MEMORY, "bootstrap");
+    *bs = (rcci_bootstrap_t){.rank = rank,
+                             .nranks = nranks,
+                             .timeout_ns = timeout_ns,
+                             .next_fd = -1,
+                             .prev_fd = -1,
+                             .comm_id = comm_id};
+    memcpy(bs->secret, secret, sizeof bs->secret);
+    RCC_CHECK(rcci_sock_listen(listen_on, &lfd, &bs->local));
+    RCC_CHECK(rcci_acceptor_create(lfd, bs->secret, bs->comm_id, &bs->acceptor));
+    lfd = -1;
+    *out = bs;
+out:
+    if (lfd >= 0)
+        close(lfd);
+    if (res != RCC_SUCCESS)
+        rcci_bootstrap_destroy(bs);
+    return res;
+}
+
+#define SPLIT_ENTRY_BYTES 36 /* color, key, parent rank, listen address */
+
+rcc_result_t rcci_bootstrap_split(rcci_bootstrap_t *parent, int color, int key, uint64_t comm_id,
+                                  rcci_bootstrap_t **child)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    int64_t deadline = rcci_now_ns() + parent->timeout_ns;
+    int n = parent->nranks, members = 0, me = -1;
+    rcci_bootstrap_t *bs = NULL;
+    uint8_t *table = calloc((size_t)n, SPLIT_ENTRY_BYTES);
+    int *order = calloc((size_t)n, sizeof *order);
+    *child = NULL;
+    if (!table || !order)
+        RCC_FAIL(RCC_ERR_NO_MEMORY, "split table for %d ranks", n);
+    rcci_addr_t listen_on = parent->local;
+    rcci_addr_set_port(&listen_on, 0);
+    if (color >= 0) {
+        RCC_CHECK(bs_new(0, 1, parent->timeout_ns, parent->secret, comm_id, &listen_on, &bs));
+        snprintf(bs->ifname, sizeof bs->ifname, "%s", parent->ifname);
+    }
+    uint8_t *mine = table + (size_t)parent->rank * SPLIT_ENTRY_BYTES;
+    bs_put32(mine, (uint32_t)color);
+    bs_put32(mine + 4, (uint32_t)key);
+    bs_put32(mine + 8, (uint32_t)parent->rank);
+    if (bs)
+        bs_put_addr(mine + 12, &bs->local);
+    RCC_CHECK(rcci_bootstrap_allgather(parent, table, SPLIT_ENTRY_BYTES));
+    if (color < 0)
+        goto out;
+    /* Members of my color, ordered by (key, parent rank): insertion sort,
+     * stable on parent rank because ranks are visited in order. */
+    for (int r = 0; r < n; r++) {
+        const uint8_t *e = table + (size_t)r * SPLIT_ENTRY_BYTES;
+        if ((int)bs_get32(e) != color)
+            continue;
+        int k = (int)bs_get32(e + 4), at = members++;
+        while (at > 0 && (int)bs_get32(table + (size_t)order[at - 1] * SPLIT_ENTRY_BYTES + 4) > k) {
+            order[at] = order[at - 1];
+            at--;
+        }
+        order[at] = r;
+    }
+    bs->nranks = members;
+    bs->peers = calloc((size_t)members, sizeof *bs->peers);
+    if (!bs->peers)
+        RCC_FAIL(RCC_ERR_NO_MEMORY, "address table for %d ranks", members);
+    for (int i = 0; i < members; i++) {
+        if (order[i] == parent->rank)
+            me = i;
+        RCC_CHECK(bs_get_addr(table + (size_t)order[i] * SPLIT_ENTRY_BYTES + 12, &bs->peers[i]));
+    }
+    bs->rank = me;
+    RCC_CHECK(bs_connect_ring(bs, deadline));
+    *child = bs;
+    bs = NULL;
+out:
+    if (res != RCC_SUCCESS)
+        rcci_error_prefix("splitting (color %d, key %d): ", color, key);
+    rcci_bootstrap_destroy(bs);
+    free(table);
+    free(order);
+    return res;
+}
+
+int rcci_bootstrap_rank(const rcci_bootstrap_t *bs) { return bs->rank; }
+int rcci_bootstrap_nranks(const rcci_bootstrap_t *bs) { return bs->nranks; }
+const uint8_t *rcci_bootstrap_secret(const rcci_bootstrap_t *bs) { return bs->secret; }
+uint64_t rcci_bootstrap_comm_id(const rcci_bootstrap_t *bs) { return bs->comm_id; }
+
+rcc_result_t rcci_bootstrap_init(const rcci_id_t *id, int rank, int nranks, int64_t timeout_ns,
+                                 const char *ifname, rcci_bootstrap_t **out)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    int64_t deadline = rcci_now_ns() + timeout_ns;
+    rcci_bootstrap_t *bs = NULL;
+    rcci_addr_t local;
+    char ifn[64];
+    RCC_CHECK(rcci_addr_pick_local(ifname, &id->root, &local, ifn, sizeof ifn));
+    RCC_CHECK(bs_new(rank, nranks, timeout_ns, id->secret, id->comm_id, &local, &bs));
+    snprintf(bs->ifname, sizeof bs->ifname, "%s", ifn);
+    RCC_CHECK(bs_meet_root(bs, id, deadline));
+    RCC_CHECK(bs_connect_ring(bs, deadline));
     *out = bs;
 out:
     if (res != RCC_SUCCESS)

@@ -35,6 +35,18 @@ typedef struct rcci_bootstrap rcci_bootstrap_t;
  * `ifname` as RCC_SOCKET_IFNAME. Blocking, bounded by `timeout_ns`. */
 rcc_result_t rcci_bootstrap_init(const rcci_id_t *id, int rank, int nranks, int64_t timeout_ns,
                                  const char *ifname, rcci_bootstrap_t **bs);
+/* Forms the bootstrap of a sub-communicator (rcc_comm_split) over the
+ * parent's: every parent rank takes part; ranks of one `color` become a new
+ * job ordered by (key, parent rank), with `comm_id`, no new rendezvous.
+ * color < 0: takes part, joins nothing (*child = NULL). Collective over the
+ * parent; blocking, bounded by the parent's timeout. */
+rcc_result_t rcci_bootstrap_split(rcci_bootstrap_t *parent, int color, int key, uint64_t comm_id,
+                                  rcci_bootstrap_t **child);
+int rcci_bootstrap_rank(const rcci_bootstrap_t *bs);
+int rcci_bootstrap_nranks(const rcci_bootstrap_t *bs);
+const uint8_t *rcci_bootstrap_secret(const rcci_bootstrap_t *bs);
+uint64_t rcci_bootstrap_comm_id(const rcci_bootstrap_t *bs);
+
 /* `data` holds nranks blocks of `block` bytes; this rank's block (index
  * rank) is sent, the others are filled. Collective over the bootstrap ring. */
 rcc_result_t rcci_bootstrap_allgather(rcci_bootstrap_t *bs, void *data, size_t block);

@@ -93,13 +93,17 @@ static rcc_result_t coll_submit(struct rcc_comm *comm, const rcci_op_t *tmpl, si
         op->sendbuf = op->inline_data;
         op->recvbuf = op->inline_data + comm->nranks;
     }
+    r->op = op;
+    if (rcci_group_active()) { /* launched by rcc_group_end */
+        *req = r;
+        return RCC_SUCCESS;
+    }
     rcc_result_t res = rcci_progress_enqueue(comm, op);
     if (res != RCC_SUCCESS) {
         rcci_op_release(op);
         free(r);
         return res;
     }
-    r->op = op;
     *req = r;
     return RCC_SUCCESS;
 }
@@ -110,10 +114,22 @@ static rcc_result_t coll_call(struct rcc_comm *comm, rcc_result_t res, const rcc
                               rcc_request_t *req)
 {
     rcc_request_t local = NULL;
+    size_t extra = tmpl->coll == RCCI_COLL_BARRIER ? 2 * (size_t)comm->nranks : 0;
     if (res == RCC_SUCCESS)
-        res =
-            coll_submit(comm, tmpl, tmpl->coll == RCCI_COLL_BARRIER ? 2 * (size_t)comm->nranks : 0,
-                        req ? req : &local);
+        res = coll_submit(comm, tmpl, extra, req ? req : &local);
+    rcc_request_t mine = req ? *req : local;
+    if (res == RCC_SUCCESS && mine && rcci_group_active()) {
+        /* The group launches it; a blocking call's request is the group's
+         * to wait for at its end. */
+        res = rcci_group_add(comm, mine->op, req ? NULL : local);
+        if (res != RCC_SUCCESS) {
+            rcci_op_release(mine->op);
+            free(mine);
+            if (req)
+                *req = NULL;
+        }
+        return rcci_comm_leave(comm, res);
+    }
     if (res == RCC_SUCCESS && !req)
         res = rcc_wait(&local);
     return rcci_comm_leave(comm, res);
@@ -358,6 +374,9 @@ rcc_result_t rcc_wait(rcc_request_t *req)
     rcci_tls_error_clear();
     if (!req)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_wait: req is NULL");
+    if (*req && !atomic_load(&(*req)->op->launched) && !rcci_op_done((*req)->op))
+        return rcci_error(RCC_ERR_INVALID_USAGE, "rcc_wait on an operation of a group that has "
+                                                 "not ended: call rcc_group_end first");
     return *req ? req_finish(req) : RCC_SUCCESS;
 }
 

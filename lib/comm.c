@@ -170,7 +170,7 @@ static rcc_result_t comm_pick_transport(struct rcc_comm *comm, const comm_peer_t
                       rcci_param_str(RCCI_PARAM_TRANSPORT));
 }
 
-static rcc_result_t comm_connect_ring(struct rcc_comm *comm, const rcci_id_t *id)
+static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
 {
     rcc_result_t res = RCC_SUCCESS;
     int64_t deadline = rcci_now_ns() + comm->timeout_ns;
@@ -183,7 +183,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm, const rcci_id_t *id
 
     rcci_transport_env_t env = {
         .rank = comm->rank, .nranks = comm->nranks, .comm_id = comm->comm_id};
-    memcpy(env.secret, id->secret, sizeof env.secret);
+    memcpy(env.secret, rcci_bootstrap_secret(comm->bootstrap), sizeof env.secret);
     const rcci_addr_t *local = rcci_bootstrap_local_addr(comm->bootstrap);
     memcpy(&env.local_addr, &local->u, local->len);
     env.local_addr_len = local->len;
@@ -268,6 +268,60 @@ static void comm_free(struct rcc_comm *comm)
     free(comm);
 }
 
+static rcc_result_t comm_new(int rank, int nranks, uint64_t comm_id, const rcc_config_t *config,
+                             struct rcc_comm **out)
+{
+    struct rcc_comm *comm = calloc(1, sizeof *comm);
+    if (!comm)
+        return rcci_error(RCC_ERR_NO_MEMORY, "communicator");
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->comm_id = comm_id;
+    comm->epoll_fd = comm->wake_fd = -1;
+    pthread_mutex_init(&comm->lock, NULL);
+    rcci_cond_init_monotonic(&comm->cond);
+    rcci_log_set_rank(rank);
+    *out = comm;
+    return comm_read_config(comm, config);
+}
+
+/* Everything after the bootstrap: transports, ring connections, slots, the
+ * progress thread. On failure the caller frees the communicator. */
+static rcc_result_t comm_setup(struct rcc_comm *comm)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    if (comm->nranks > 1) {
+        RCC_CHECK(comm_connect_ring(comm));
+        RCC_CHECK(rcci_bootstrap_barrier(comm->bootstrap));
+        size_t slot_bytes = (size_t)comm->slots * comm->chunk_bytes;
+        if (posix_memalign((void **)&comm->slot_mem, 4096, slot_bytes) ||
+            posix_memalign((void **)&comm->stage_mem, 4096, slot_bytes))
+            RCC_FAIL(RCC_ERR_NO_MEMORY, "%d receive slots of %zu bytes", comm->slots,
+                     comm->chunk_bytes);
+    }
+    RCC_CHECK(rcci_progress_start(comm));
+    if (comm->rank == 0) {
+        char addr[80];
+        rcci_addr_format(rcci_bootstrap_local_addr(comm->bootstrap), addr, sizeof addr);
+        RCC_INFO("ringcc %s: communicator %016llx of %d ranks up on %s (%s); chunk %zu bytes, "
+                 "%d slots, timeout %.0f s; CUDA %s, verbs %s",
+                 RCC_VERSION_STRING, (unsigned long long)comm->comm_id, comm->nranks,
+                 rcci_bootstrap_ifname(comm->bootstrap), addr, comm->chunk_bytes, comm->slots,
+                 comm->timeout_ns / 1e9, RCC_HAVE_CUDA ? "built" : "not built",
+                 RCC_HAVE_IBVERBS ? "found" : "not found");
+    }
+out:
+    return res;
+}
+
+static void comm_discard(struct rcc_comm *comm)
+{
+    if (!comm)
+        return;
+    rcci_progress_stop(comm);
+    comm_free(comm);
+}
+
 static rcc_result_t comm_init(rcc_comm_t *out, int nranks, const rcci_id_t *id, int rank,
                               const rcc_config_t *config)
 {
@@ -277,51 +331,57 @@ static rcc_result_t comm_init(rcc_comm_t *out, int nranks, const rcci_id_t *id, 
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "comm (the output pointer) is NULL");
     if (nranks < 1 || rank < 0 || rank >= nranks)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT,
-                          "rank %d of %d: need nranks >= 1 and "
-                          "0 <= rank < nranks",
-                          rank, nranks);
+                          "rank %d of %d: need nranks >= 1 and 0 <= rank < nranks", rank, nranks);
     RCC_CHECK(rcci_params_load());
-    comm = calloc(1, sizeof *comm);
-    if (!comm)
-        return rcci_error(RCC_ERR_NO_MEMORY, "communicator");
-    comm->rank = rank;
-    comm->nranks = nranks;
-    comm->comm_id = id->comm_id;
-    comm->epoll_fd = comm->wake_fd = -1;
-    pthread_mutex_init(&comm->lock, NULL);
-    rcci_cond_init_monotonic(&comm->cond);
-    rcci_log_set_rank(rank);
-    RCC_CHECK(comm_read_config(comm, config));
+    RCC_CHECK(comm_new(rank, nranks, id->comm_id, config, &comm));
     RCC_CHECK(rcci_bootstrap_init(id, rank, nranks, comm->timeout_ns,
                                   rcci_param_str(RCCI_PARAM_SOCKET_IFNAME), &comm->bootstrap));
-    if (nranks > 1) {
-        RCC_CHECK(comm_connect_ring(comm, id));
-        RCC_CHECK(rcci_bootstrap_barrier(comm->bootstrap));
-        size_t slot_bytes = (size_t)comm->slots * comm->chunk_bytes;
-        if (posix_memalign((void **)&comm->slot_mem, 4096, slot_bytes) ||
-            posix_memalign((void **)&comm->stage_mem, 4096, slot_bytes))
-            RCC_FAIL(RCC_ERR_NO_MEMORY, "%d receive slots of %zu bytes", comm->slots,
-                     comm->chunk_bytes);
-    }
-    RCC_CHECK(rcci_progress_start(comm));
-    if (rank == 0) {
-        char addr[80];
-        rcci_addr_format(rcci_bootstrap_local_addr(comm->bootstrap), addr, sizeof addr);
-        RCC_INFO("ringcc %s: communicator of %d ranks up on %s (%s); chunk %zu bytes, %d slots, "
-                 "timeout %.0f s; CUDA %s, verbs %s",
-                 RCC_VERSION_STRING, nranks, rcci_bootstrap_ifname(comm->bootstrap), addr,
-                 comm->chunk_bytes, comm->slots, comm->timeout_ns / 1e9,
-                 RCC_HAVE_CUDA ? "built" : "not built", RCC_HAVE_IBVERBS ? "found" : "not found");
-    }
+    RCC_CHECK(comm_setup(comm));
     *out = comm;
     return RCC_SUCCESS;
 out:
     rcci_error_prefix("rank %d of %d: ", rank, nranks);
-    if (comm) {
-        rcci_progress_stop(comm);
-        comm_free(comm);
-    }
+    comm_discard(comm);
     return res;
+}
+
+rcc_result_t rcc_comm_split(rcc_comm_t parent, int color, int key, rcc_comm_t *newcomm)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    struct rcc_comm *comm = NULL;
+    rcci_bootstrap_t *child = NULL;
+    rcci_tls_error_clear();
+    if (!parent || !newcomm)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_split: %s is NULL",
+                          parent ? "newcomm" : "comm");
+    if (color < RCC_SPLIT_NOCOLOR)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "rcc_comm_split: color %d is negative (RCC_SPLIT_NOCOLOR is %d)", color,
+                          RCC_SPLIT_NOCOLOR);
+    *newcomm = NULL;
+    rcci_comm_enter(parent);
+    /* Every rank of the parent numbers its splits alike, so the n-th split's
+     * communicators get the same ids everywhere. */
+    uint64_t comm_id = comm_mix(parent->comm_id ^ comm_mix(++parent->splits) ^
+                                comm_mix((uint64_t)(uint32_t)color + 0x5b1dull));
+    RCC_CHECK(rcci_bootstrap_split(parent->bootstrap, color, key, comm_id, &child));
+    if (!child)
+        goto out; /* RCC_SPLIT_NOCOLOR: took part, joined nothing */
+    rcc_config_t config = RCC_CONFIG_INITIALIZER;
+    config.timeout_ms = (int)(parent->timeout_ns / 1000000);
+    config.chunk_bytes = (int)parent->chunk_bytes;
+    RCC_CHECK(comm_new(rcci_bootstrap_rank(child), rcci_bootstrap_nranks(child), comm_id, &config,
+                       &comm));
+    comm->bootstrap = child;
+    child = NULL;
+    RCC_CHECK(comm_setup(comm));
+    *newcomm = comm;
+    comm = NULL;
+out:
+    rcci_bootstrap_destroy(child);
+    comm_discard(comm);
+    rcci_log_set_rank(parent->rank);
+    return rcci_comm_leave(parent, res);
 }
 
 rcc_result_t rcc_comm_init_rank(rcc_comm_t *comm, int nranks, rcc_unique_id_t uid, int rank,

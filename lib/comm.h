@@ -29,6 +29,12 @@ typedef struct rcci_op {
     rcc_datatype_t dtype;
     rcc_redop_t redop;
     int root;
+    atomic_int launched; /* enqueued (inside a group: only at rcc_group_end) */
+    /* A fused operation (group.c): one allreduce over `fusion_buf` standing
+     * for its members, which complete when it does. */
+    struct rcci_op **members;
+    int nmembers;
+    char *fusion_buf;
     uint32_t seq; /* per-communicator operation number, carried on the wire */
     /* Completion, under `lock`. */
     pthread_mutex_t lock;
@@ -73,6 +79,7 @@ struct rcc_comm {
     pthread_cond_t cond;
     rcci_op_t *queue_head, *queue_tail;
     uint32_t next_seq;
+    uint64_t splits; /* rcc_comm_split calls so far (caller's thread only) */
     int stopping;
     atomic_int aborted;
     int callers;         /* threads inside a call on this communicator */
@@ -80,6 +87,14 @@ struct rcc_comm {
     char broken_text[RCCI_ERR_TEXT_BYTES];
     char last_error[RCCI_ERR_TEXT_BYTES];
 };
+
+/* Groups (group.c). While this thread is inside rcc_group_start/end,
+ * operations are handed to the group instead of being queued; `owned` is
+ * the request of a blocking call, which rcc_group_end waits for and frees. */
+int rcci_group_active(void);
+rcc_result_t rcci_group_add(struct rcc_comm *comm, rcci_op_t *op, rcc_request_t owned);
+/* Unpacks a fused operation's result into its members and completes them. */
+void rcci_group_complete_fused(rcci_op_t *fused, rcc_result_t res);
 
 /* Brackets every public call on a communicator: abort waits for callers to
  * leave; leave records a failure as the communicator's last error. */
@@ -96,6 +111,8 @@ void rcci_progress_abort(struct rcc_comm *comm);
 /* Queues an operation (takes a reference for the progress thread). */
 rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op);
 
+/* Records the result and wakes waiters (the caller keeps its reference). */
+void rcci_op_complete(rcci_op_t *op, rcc_result_t res);
 /* A new operation with one reference and `extra` bytes of inline_data. */
 rcci_op_t *rcci_op_new(size_t extra);
 void rcci_op_release(rcci_op_t *op);

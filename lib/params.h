@@ -24,7 +24,9 @@
       "network interface to use (prefix match); default: the one that routes to the root")         \
     X(SOCKET_BUF_BYTES, INT, "4M", 0, 1073741824,                                                  \
       "SO_SNDBUF/SO_RCVBUF for data sockets; 0 leaves the kernel's autotuning")                    \
-    X(TRANSPORT, STR, "", 0, 0, "force a transport by name (tcp); default: best per peer")
+    X(TRANSPORT, STR, "", 0, 0, "force a transport by name (tcp); default: best per peer")         \
+    X(FUSION_BYTES, INT, "64M", 0, 1ll << 40,                                                      \
+      "largest fused buffer for allreduces issued in one group; 0 disables fusion")
 
 typedef enum {
 #define PARAM_ID_(id, kind, def, min, max, desc) RCCI_PARAM_##id,

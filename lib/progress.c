@@ -39,7 +39,7 @@ void rcci_op_release(rcci_op_t *op)
     free(op);
 }
 
-static void progress_complete(rcci_op_t *op, rcc_result_t res)
+void rcci_op_complete(rcci_op_t *op, rcc_result_t res)
 {
     pthread_mutex_lock(&op->lock);
     op->result = res;
@@ -48,6 +48,14 @@ static void progress_complete(rcci_op_t *op, rcc_result_t res)
     op->done = 1;
     pthread_cond_broadcast(&op->cond);
     pthread_mutex_unlock(&op->lock);
+}
+
+/* Ends the progress thread's part in `op`. */
+static void progress_complete(rcci_op_t *op, rcc_result_t res)
+{
+    if (op->nmembers)
+        rcci_group_complete_fused(op, res);
+    rcci_op_complete(op, res);
     rcci_op_release(op);
 }
 
@@ -211,6 +219,7 @@ rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op)
         return rcci_error(RCC_ERR_INVALID_USAGE, "the communicator is being destroyed or aborted");
     }
     op->seq = comm->next_seq++;
+    op->launched = 1;
     atomic_fetch_add(&op->refs, 1); /* the progress thread's */
     op->next = NULL;
     if (comm->queue_tail)

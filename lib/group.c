@@ -1,0 +1,198 @@
+/*
+ * Groups (rcc_group_start/end, NCCL's semantics): calls made inside a group
+ * are recorded per thread and launched together at the outermost end.
+ * Consecutive allreduces of one dtype and op on one communicator are fused
+ * (Horovod's tensor fusion): their inputs are packed into one buffer, one
+ * ring pass reduces it, and the result is unpacked into each caller's
+ * output. Small allreduces are dominated by per-operation latency, so this
+ * turns a thousand round trips into one.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "params.h"
+
+typedef struct {
+    struct rcc_comm *comm;
+    rcci_op_t *op;
+    rcc_request_t owned; /* a blocking call's request: waited for and freed at the end */
+} group_entry_t;
+
+static _Thread_local int group_depth;
+static _Thread_local group_entry_t *group_entries;
+static _Thread_local int group_count, group_cap;
+
+int rcci_group_active(void) { return group_depth > 0; }
+
+rcc_result_t rcc_group_start(void)
+{
+    group_depth++;
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_group_add(struct rcc_comm *comm, rcci_op_t *op, rcc_request_t owned)
+{
+    if (group_count == group_cap) {
+        int cap = group_cap ? 2 * group_cap : 64;
+        group_entry_t *e = realloc(group_entries, sizeof *e * (size_t)cap);
+        if (!e)
+            return rcci_error(RCC_ERR_NO_MEMORY, "group of %d operations", group_count + 1);
+        group_entries = e;
+        group_cap = cap;
+    }
+    atomic_fetch_add(&op->refs, 1); /* the group's, until it is launched */
+    group_entries[group_count++] = (group_entry_t){comm, op, owned};
+    return RCC_SUCCESS;
+}
+
+static int group_fusable(const rcci_op_t *a, const rcci_op_t *b)
+{
+    return a->coll == RCCI_COLL_ALLREDUCE && b->coll == RCCI_COLL_ALLREDUCE &&
+           a->dtype == b->dtype && a->redop == b->redop;
+}
+
+/* Ends the members of a fused operation that could not be launched. */
+static void group_fail(rcci_op_t **ops, int n, rcc_result_t res)
+{
+    for (int i = 0; i < n; i++)
+        rcci_op_complete(ops[i], res);
+}
+
+/* One fused allreduce for ops[0..n), all on `comm`, inputs packed now. */
+static rcc_result_t group_launch_fused(struct rcc_comm *comm, rcci_op_t **ops, int n, size_t total)
+{
+    size_t esize = rcc_datatype_size(ops[0]->dtype);
+    rcci_op_t *fused = rcci_op_new(0);
+    char *buf = malloc(total * esize);
+    rcci_op_t **members = malloc(sizeof *members * (size_t)n);
+    if (!fused || !buf || !members) {
+        free(buf);
+        free(members);
+        if (fused)
+            rcci_op_release(fused);
+        return rcci_error(RCC_ERR_NO_MEMORY, "fusion buffer of %zu bytes", total * esize);
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(buf + at, ops[i]->sendbuf, ops[i]->count * esize);
+        at += ops[i]->count * esize;
+        members[i] = ops[i];
+        atomic_fetch_add(&ops[i]->refs, 1); /* the fused operation's */
+        atomic_store(&ops[i]->launched, 1);
+    }
+    fused->coll = RCCI_COLL_ALLREDUCE;
+    fused->sendbuf = fused->recvbuf = fused->fusion_buf = buf;
+    fused->count = total;
+    fused->dtype = ops[0]->dtype;
+    fused->redop = ops[0]->redop;
+    fused->members = members;
+    fused->nmembers = n;
+    rcc_result_t res = rcci_progress_enqueue(comm, fused);
+    if (res != RCC_SUCCESS)
+        rcci_group_complete_fused(fused, res); /* fails and frees the members' side */
+    rcci_op_release(fused);
+    return res;
+}
+
+void rcci_group_complete_fused(rcci_op_t *fused, rcc_result_t res)
+{
+    size_t esize = rcc_datatype_size(fused->dtype), at = 0;
+    for (int i = 0; i < fused->nmembers; i++) {
+        rcci_op_t *m = fused->members[i];
+        if (res == RCC_SUCCESS)
+            memcpy(m->recvbuf, fused->fusion_buf + at, m->count * esize);
+        at += m->count * esize;
+        rcci_op_complete(m, res);
+        rcci_op_release(m);
+    }
+    free(fused->members);
+    free(fused->fusion_buf);
+    fused->members = NULL;
+    fused->nmembers = 0;
+    fused->fusion_buf = NULL;
+}
+
+/* Launches one communicator's share of the group, in call order. */
+static rcc_result_t group_launch_comm(struct rcc_comm *comm, rcci_op_t **ops, int n)
+{
+    size_t fusion_bytes = (size_t)rcci_param_int(RCCI_PARAM_FUSION_BYTES);
+    rcc_result_t first = RCC_SUCCESS;
+    for (int i = 0; i < n;) {
+        size_t esize = rcc_datatype_size(ops[i]->dtype), total = ops[i]->count;
+        int j = i + 1;
+        while (j < n && group_fusable(ops[i], ops[j]) &&
+               (total + ops[j]->count) * esize <= fusion_bytes)
+            total += ops[j++]->count;
+        rcc_result_t res;
+        if (j - i >= 2) {
+            res = group_launch_fused(comm, ops + i, j - i, total);
+        } else {
+            res = rcci_progress_enqueue(comm, ops[i]);
+            if (res != RCC_SUCCESS)
+                group_fail(ops + i, 1, res);
+        }
+        if (res != RCC_SUCCESS && first == RCC_SUCCESS)
+            first = res;
+        i = j;
+    }
+    return first;
+}
+
+rcc_result_t rcc_group_end(void)
+{
+    rcci_tls_error_clear();
+    if (group_depth == 0)
+        return rcci_error(RCC_ERR_INVALID_USAGE, "rcc_group_end without rcc_group_start");
+    if (--group_depth > 0)
+        return RCC_SUCCESS;
+    int n = group_count;
+    group_entry_t *entries = group_entries;
+    group_entries = NULL;
+    group_count = group_cap = 0;
+    rcc_result_t first = RCC_SUCCESS;
+    char error[RCCI_ERR_TEXT_BYTES] = "";
+    rcci_op_t **ops = malloc(sizeof *ops * (size_t)(n ? n : 1));
+    /* Communicators in order of first appearance; each one's operations in
+     * call order. */
+    for (int i = 0; i < n && ops; i++) {
+        struct rcc_comm *comm = entries[i].comm;
+        if (!comm)
+            continue;
+        int k = 0;
+        for (int j = i; j < n; j++) {
+            if (entries[j].comm != comm)
+                continue;
+            ops[k++] = entries[j].op;
+            if (j > i)
+                entries[j].comm = NULL; /* taken */
+        }
+        rcc_result_t res = group_launch_comm(comm, ops, k);
+        if (res != RCC_SUCCESS && first == RCC_SUCCESS) {
+            first = res;
+            snprintf(error, sizeof error, "%s", rcci_tls_error());
+        }
+    }
+    if (!ops) {
+        first = rcci_error(RCC_ERR_NO_MEMORY, "launching a group of %d operations", n);
+        snprintf(error, sizeof error, "%s", rcci_tls_error());
+        for (int i = 0; i < n; i++)
+            rcci_op_complete(entries[i].op, first);
+    }
+    for (int i = 0; i < n; i++) {
+        if (entries[i].owned) {
+            rcc_result_t res = rcc_wait(&entries[i].owned);
+            if (res != RCC_SUCCESS && first == RCC_SUCCESS) {
+                first = res;
+                snprintf(error, sizeof error, "%s", rcci_tls_error());
+            }
+        }
+        rcci_op_release(entries[i].op);
+    }
+    free(ops);
+    free(entries);
+    if (first != RCC_SUCCESS)
+        rcci_tls_error_set(error);
+    return first;
+}
