@@ -8,6 +8,8 @@
  * `restrict`: GCC versions the loops with a runtime overlap check, which an exact alias passes
  * (each element is read before it is written).
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "reduce.h"
@@ -21,6 +23,17 @@
 #endif
 #ifndef RED_CLONES
 #define RED_CLONES
+#endif
+
+/* float16 is conversion-bound in portable code (~1.4 GB/s, against ~36 for float32 in cache), so
+ * where the CPU has F16C (with AVX2) it goes through hardware conversions instead (~25 GB/s),
+ * chosen at run time. RED_NO_CLONES leaves that out too. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute) && !defined(RED_NO_CLONES)
+#if __has_attribute(target)
+#define RED_HAVE_F16C 1
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 #endif
 
 /* ---------------------------------------------------------------------------
@@ -87,10 +100,7 @@ static inline uint16_t red_f2h(float f)
 }
 
 /* bfloat16 is the top half of a binary32: widening is a shift. */
-static inline float red_b2f(uint16_t h)
-{
-    return red_u2f((uint32_t)h << 16);
-}
+static inline float red_b2f(uint16_t h) { return red_u2f((uint32_t)h << 16); }
 
 /* binary32 -> bfloat16: round the low 16 bits to nearest-even; a carry may run into the exponent
  * and up to inf, which is the right answer. NaN is kept and made quiet (bit 6 of the result),
@@ -104,25 +114,13 @@ static inline uint16_t red_f2b(float f)
     return (uint16_t)(t >> 16);
 }
 
-float rcci_half_to_float(uint16_t h)
-{
-    return red_h2f(h);
-}
+float rcci_half_to_float(uint16_t h) { return red_h2f(h); }
 
-uint16_t rcci_float_to_half(float f)
-{
-    return red_f2h(f);
-}
+uint16_t rcci_float_to_half(float f) { return red_f2h(f); }
 
-float rcci_bf16_to_float(uint16_t h)
-{
-    return red_b2f(h);
-}
+float rcci_bf16_to_float(uint16_t h) { return red_b2f(h); }
 
-uint16_t rcci_float_to_bf16(float f)
-{
-    return red_f2b(f);
-}
+uint16_t rcci_float_to_bf16(float f) { return red_f2b(f); }
 
 /* ---------------------------------------------------------------------------
  * Loop generators
@@ -133,17 +131,21 @@ uint16_t rcci_float_to_bf16(float f)
  * dispatcher stays one switch.
  * ------------------------------------------------------------------------- */
 
-#define RED_BINARY(name, T, W, LD, ST, EXPR)                                                       \
+/* PICK(p, q) is the stored value that stands for b (see red_h_nan_a); RED_B is b itself. */
+#define RED_BINARY_PICK(name, T, W, LD, PICK, ST, EXPR)                                            \
     RED_CLONES static void name(void *dst_, const void *a_, const void *b_, size_t n, int d)       \
     {                                                                                              \
         T *dst = dst_;                                                                             \
         const T *a = a_, *b = b_;                                                                  \
         (void)d;                                                                                   \
         for (size_t i = 0; i < n; i++) {                                                           \
-            W x = LD(a[i]), y = LD(b[i]);                                                          \
+            W x = LD(a[i]), y = LD(PICK(a[i], b[i]));                                              \
             dst[i] = ST(EXPR);                                                                     \
         }                                                                                          \
     }
+
+#define RED_B(p, q) (q)
+#define RED_BINARY(name, T, W, LD, ST, EXPR) RED_BINARY_PICK(name, T, W, LD, RED_B, ST, EXPR)
 
 /* MAX/MIN: the result is one of the inputs, so it is copied as stored, never converted back
  * (which for the 16-bit floats is half the work). */
@@ -225,12 +227,12 @@ uint16_t rcci_float_to_bf16(float f)
  * it is NaN or wins the comparison, else y, so a NaN on either side comes out. The two tests are
  * combined with `|`, not `||`, so that both always run and the select stays branch-free. AVG
  * divides rather than multiplying by 1/d, so that averages that are representable are exact. */
-#define RED_FLOAT(sfx, T, W, LD, ST)                                                               \
-    RED_BINARY(red_sum_##sfx, T, W, LD, ST, x + y)                                                 \
-    RED_BINARY(red_prod_##sfx, T, W, LD, ST, (x * y))                                              \
+#define RED_FLOAT(sfx, T, W, LD, ST, PICK)                                                         \
+    RED_BINARY_PICK(red_sum_##sfx, T, W, LD, PICK, ST, x + y)                                      \
+    RED_BINARY_PICK(red_prod_##sfx, T, W, LD, PICK, ST, (x * y))                                   \
     RED_SELECT(red_max_##sfx, T, W, LD, (x > y) | (x != x))                                        \
     RED_SELECT(red_min_##sfx, T, W, LD, (x < y) | (x != x))                                        \
-    RED_BINARY(red_avg_##sfx, T, W, LD, ST, (x + y) / (W)d)                                        \
+    RED_BINARY_PICK(red_avg_##sfx, T, W, LD, PICK, ST, (x + y) / (W)d)                             \
     RED_UNARY(red_div_##sfx, T, W, LD, ST, x / (W)d)                                               \
     RED_DISPATCH(sfx)
 
@@ -240,10 +242,184 @@ RED_INT_SMALL(i32, int32_t, uint32_t)
 RED_INT_SMALL(u32, uint32_t, uint32_t)
 RED_INT_WIDE(i64, int64_t, uint64_t)
 RED_INT_WIDE(u64, uint64_t, uint64_t)
-RED_FLOAT(f16, uint16_t, float, red_h2f, red_f2h)
-RED_FLOAT(f32, float, float, RED_ID, RED_ID)
-RED_FLOAT(f64, double, double, RED_ID, RED_ID)
-RED_FLOAT(bf16, uint16_t, float, red_b2f, red_f2b)
+/* When both operands are NaN, which one x86 arithmetic returns depends on the order the compiler
+ * put them in (GCC and clang differ). float16 has two paths, portable and F16C, that must agree
+ * bit for bit, so there a NaN a stands in for b as well (the PICK of RED_FLOAT): a's NaN, made
+ * quiet, comes out whatever the order. The choice is made on the stored bits, before any float
+ * operation, and with a mask: GCC threads a ?: here into the conversion that follows, which puts
+ * its float operation under a branch and stops the loop vectorising. */
+static inline uint16_t red_h_nan_a(uint16_t p, uint16_t q)
+{
+    uint16_t m = (uint16_t)(0u - ((p & 0x7fffu) > 0x7c00u)); /* all ones where p is NaN */
+    return (uint16_t)((p & m) | (q & ~m));
+}
+
+RED_FLOAT(f16, uint16_t, float, red_h2f, red_f2h, red_h_nan_a)
+RED_FLOAT(f32, float, float, RED_ID, RED_ID, RED_B)
+RED_FLOAT(f64, double, double, RED_ID, RED_ID, RED_B)
+RED_FLOAT(bf16, uint16_t, float, red_b2f, red_f2b, RED_B)
+
+/* ---------------------------------------------------------------------------
+ * float16 with F16C
+ *
+ * vcvtph2ps widens exactly (subnormals included, whatever MXCSR says) and vcvtps2ph with an
+ * explicit round-to-nearest-even narrows exactly as red_f2h does, NaNs included: sign and the top
+ * ten payload bits kept, made quiet (checked against red_f2h for all 2^32 floats, with and
+ * without FTZ/DAZ). The arithmetic in between is the same float32 operation with the same NaN
+ * operand first, so the results are the portable loops' bits (test_reduce compares the two for
+ * every float16 a against a sweep of b). Eight lanes per step, two steps unrolled; the last n % 8
+ * elements go through the portable loop.
+ * ------------------------------------------------------------------------- */
+
+#ifdef RED_HAVE_F16C
+
+#define RED_F16C __attribute__((target("avx2,f16c")))
+
+static inline RED_F16C __m128i red_ld16(const uint16_t *p)
+{
+    return _mm_loadu_si128((const __m128i *)(const void *)p);
+}
+
+static inline RED_F16C __m256 red_ld8(const uint16_t *p) { return _mm256_cvtph_ps(red_ld16(p)); }
+
+static inline RED_F16C void red_st8(uint16_t *p, __m256 v)
+{
+    _mm_storeu_si128((__m128i *)(void *)p,
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* OP(x, y) combines two vectors of eight floats; `vd` holds the divisor. Both blocks of a step
+ * are loaded before either is stored, as dst may be a or b. */
+#define RED_F16C_BINARY(name, OP)                                                                  \
+    RED_F16C static void name##c(void *dst_, const void *a_, const void *b_, size_t n, int d)      \
+    {                                                                                              \
+        uint16_t *dst = dst_;                                                                      \
+        const uint16_t *a = a_, *b = b_;                                                           \
+        const __m256 vd = _mm256_set1_ps((float)d);                                                \
+        (void)vd;                                                                                  \
+        size_t i = 0;                                                                              \
+        for (; i + 16 <= n; i += 16) {                                                             \
+            __m256 r0 = OP(red_ld8(a + i), red_ld8(b + i));                                        \
+            __m256 r1 = OP(red_ld8(a + i + 8), red_ld8(b + i + 8));                                \
+            red_st8(dst + i, r0);                                                                  \
+            red_st8(dst + i + 8, r1);                                                              \
+        }                                                                                          \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            red_st8(dst + i, OP(red_ld8(a + i), red_ld8(b + i)));                                  \
+        if (i < n)                                                                                 \
+            name(dst + i, a + i, b + i, n - i, d);                                                 \
+    }
+
+/* MAX/MIN store one of the inputs as it was, like RED_SELECT: the float comparison's 32-bit lane
+ * masks are narrowed to 16 bits (signed saturation keeps 0 and -1) to pick between the halves.
+ * CMP is x > y or x < y, ordered (false on NaN), or'ed with x being NaN. */
+#define RED_F16C_SELECT(name, CMP)                                                                 \
+    RED_F16C static void name##c(void *dst_, const void *a_, const void *b_, size_t n, int d)      \
+    {                                                                                              \
+        uint16_t *dst = dst_;                                                                      \
+        const uint16_t *a = a_, *b = b_;                                                           \
+        size_t i = 0;                                                                              \
+        for (; i + 8 <= n; i += 8) {                                                               \
+            __m128i p = red_ld16(a + i), q = red_ld16(b + i);                                      \
+            __m256 x = _mm256_cvtph_ps(p), y = _mm256_cvtph_ps(q);                                 \
+            __m256i m = _mm256_castps_si256(                                                       \
+                _mm256_or_ps(_mm256_cmp_ps(x, y, CMP), _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));        \
+            __m128i m16 =                                                                          \
+                _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));        \
+            _mm_storeu_si128((__m128i *)(void *)(dst + i), _mm_blendv_epi8(q, p, m16));            \
+        }                                                                                          \
+        if (i < n)                                                                                 \
+            name(dst + i, a + i, b + i, n - i, d);                                                 \
+    }
+
+#define RED_F16C_UNARY(name, OP)                                                                   \
+    RED_F16C static void name##c(void *dst_, const void *src_, size_t n, int d)                    \
+    {                                                                                              \
+        uint16_t *dst = dst_;                                                                      \
+        const uint16_t *src = src_;                                                                \
+        const __m256 vd = _mm256_set1_ps((float)d);                                                \
+        size_t i = 0;                                                                              \
+        for (; i + 16 <= n; i += 16) {                                                             \
+            __m256 r0 = OP(red_ld8(src + i)), r1 = OP(red_ld8(src + i + 8));                       \
+            red_st8(dst + i, r0);                                                                  \
+            red_st8(dst + i + 8, r1);                                                              \
+        }                                                                                          \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            red_st8(dst + i, OP(red_ld8(src + i)));                                                \
+        if (i < n)                                                                                 \
+            name(dst + i, src + i, n - i, d);                                                      \
+    }
+
+/* When both operands are NaN, x86 arithmetic returns its first source's; the portable loops pick
+ * a's (red_h_nan_a), so here x goes first. GCC takes vector + and * as commutative and swaps
+ * their operands at will, so these two are written out; a blend after the operation would do the
+ * same but costs 40% in cache. The other operations see at most one NaN operand. */
+static inline RED_F16C __m256 red_add8(__m256 x, __m256 y)
+{
+    __m256 r;
+    __asm__("vaddps {%2, %1, %0|%0, %1, %2}" : "=x"(r) : "x"(x), "x"(y));
+    return r;
+}
+
+static inline RED_F16C __m256 red_mul8(__m256 x, __m256 y)
+{
+    __m256 r;
+    __asm__("vmulps {%2, %1, %0|%0, %1, %2}" : "=x"(r) : "x"(x), "x"(y));
+    return r;
+}
+
+/* The same float32 operations as RED_FLOAT's: AVG divides the sum by (float)d rather than
+ * multiplying by a reciprocal. */
+#define RED_V_SUM(x, y) red_add8(x, y)
+#define RED_V_PROD(x, y) red_mul8(x, y)
+#define RED_V_AVG(x, y) _mm256_div_ps(red_add8(x, y), vd)
+#define RED_V_DIV(x) _mm256_div_ps(x, vd)
+
+RED_F16C_BINARY(red_sum_f16, RED_V_SUM)
+RED_F16C_BINARY(red_prod_f16, RED_V_PROD)
+RED_F16C_SELECT(red_max_f16, _CMP_GT_OQ)
+RED_F16C_SELECT(red_min_f16, _CMP_LT_OQ)
+RED_F16C_BINARY(red_avg_f16, RED_V_AVG)
+RED_F16C_UNARY(red_div_f16, RED_V_DIV)
+RED_DISPATCH(f16c)
+
+static pthread_once_t red_f16c_once = PTHREAD_ONCE_INIT;
+static int red_f16c_cpu; /* written once, under red_f16c_once */
+static atomic_int red_f16c_off;
+
+/* "avx2" also checks that the OS saves the ymm registers. F16C comes from cpuid: clang's
+ * __builtin_cpu_supports does not know it. */
+static void red_f16c_detect(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    __builtin_cpu_init(); /* in case the first reduction runs in a constructor */
+    red_f16c_cpu = __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
+                   (ecx & bit_F16C);
+}
+
+static int red_use_f16c(void)
+{
+    if (atomic_load_explicit(&red_f16c_off, memory_order_relaxed))
+        return 0;
+    pthread_once(&red_f16c_once, red_f16c_detect);
+    return red_f16c_cpu;
+}
+
+int rcci_reduce_force_portable(int on)
+{
+    atomic_store_explicit(&red_f16c_off, on != 0, memory_order_relaxed);
+    return red_use_f16c();
+}
+
+#else
+
+int rcci_reduce_force_portable(int on)
+{
+    (void)on;
+    return 0;
+}
+
+#endif /* RED_HAVE_F16C */
 
 /* ---------------------------------------------------------------------------
  * Entry points
@@ -261,7 +437,15 @@ void rcci_reduce(void *dst, const void *a, const void *b, size_t n, rcc_datatype
     case RCC_UINT32: red_reduce_u32(dst, a, b, n, op, divisor); break;
     case RCC_INT64: red_reduce_i64(dst, a, b, n, op, divisor); break;
     case RCC_UINT64: red_reduce_u64(dst, a, b, n, op, divisor); break;
-    case RCC_FLOAT16: red_reduce_f16(dst, a, b, n, op, divisor); break;
+    case RCC_FLOAT16:
+#ifdef RED_HAVE_F16C
+        if (red_use_f16c()) {
+            red_reduce_f16c(dst, a, b, n, op, divisor);
+            break;
+        }
+#endif
+        red_reduce_f16(dst, a, b, n, op, divisor);
+        break;
     case RCC_FLOAT32: red_reduce_f32(dst, a, b, n, op, divisor); break;
     case RCC_FLOAT64: red_reduce_f64(dst, a, b, n, op, divisor); break;
     case RCC_BFLOAT16: red_reduce_bf16(dst, a, b, n, op, divisor); break;
@@ -304,7 +488,15 @@ void rcci_divide(void *dst, const void *src, size_t n, rcc_datatype_t dtype, int
     case RCC_UINT32: red_div_u32(dst, src, n, divisor); break;
     case RCC_INT64: red_div_i64(dst, src, n, divisor); break;
     case RCC_UINT64: red_div_u64(dst, src, n, divisor); break;
-    case RCC_FLOAT16: red_div_f16(dst, src, n, divisor); break;
+    case RCC_FLOAT16:
+#ifdef RED_HAVE_F16C
+        if (red_use_f16c()) {
+            red_div_f16c(dst, src, n, divisor);
+            break;
+        }
+#endif
+        red_div_f16(dst, src, n, divisor);
+        break;
     case RCC_FLOAT32: red_div_f32(dst, src, n, divisor); break;
     case RCC_FLOAT64: red_div_f64(dst, src, n, divisor); break;
     case RCC_BFLOAT16: red_div_bf16(dst, src, n, divisor); break;

@@ -3,9 +3,10 @@
  *
  * Every result is checked against a reference written independently here: integers in 128-bit
  * modular arithmetic, floats in double with the 16-bit types decoded and rounded through
- * ldexp/frexp/rint rather than bit tricks. Rounding in double first and then to the target type
- * gives the correctly rounded sum or product, because double has more than twice the bits of
- * float plus two (so the library's float32 arithmetic for fp16/bf16 must agree with it too).
+ * ldexp/frexp/rint rather than bit tricks. A sum or product computed in double and then rounded
+ * to the element type is the correctly rounded one (double has at least 2p+2 bits for each
+ * type's p bits), and so is the library's float32 arithmetic for fp16/bf16 (24 >= 2*11+2), so
+ * the two must agree bit for bit. AVG follows the documented float32 recipe instead.
  */
 #include <check.h>
 #include <float.h>
@@ -572,6 +573,15 @@ START_TEST(test_float_specials)
     CHECK_PAIR(RCC_BFLOAT16, uint16_t, RCC_SUM, 1, 0x7f80, 0xff80, bf16_is_nan(r));
     CHECK_PAIR(RCC_BFLOAT16, uint16_t, RCC_AVG, 3, 0x7f80, 0xff80, bf16_is_nan(r));
 
+    /* float16 keeps a NaN operand's sign and payload, made quiet; a's when both are NaN, so that
+     * the portable and F16C paths agree whatever order the compiler gave the operands. */
+    CHECK_PAIR(RCC_FLOAT16, uint16_t, RCC_SUM, 1, 0x3c00, 0x7c05, r == 0x7e05);
+    CHECK_PAIR(RCC_FLOAT16, uint16_t, RCC_SUM, 1, 0x7e11, 0xfe22, r == 0x7e11);
+    CHECK_PAIR(RCC_FLOAT16, uint16_t, RCC_SUM, 1, 0xfc01, 0x7e22, r == 0xfe01); /* sNaN a */
+    CHECK_PAIR(RCC_FLOAT16, uint16_t, RCC_PROD, 1, 0x7e11, 0x7c01, r == 0x7e11);
+    CHECK_PAIR(RCC_FLOAT16, uint16_t, RCC_AVG, 3, 0xfe33, 0x7e22, r == 0xfe33);
+    CHECK_PAIR(RCC_FLOAT16, uint16_t, RCC_MAX, 1, 0x7c01, 0x7e22, r == 0x7c01); /* as stored */
+
     /* Overflow to infinity. */
     CHECK_PAIR(RCC_FLOAT16, uint16_t, RCC_SUM, 1, 0x7bff, 0x7bff, r == 0x7c00); /* 65504*2 */
     CHECK_PAIR(RCC_FLOAT16, uint16_t, RCC_SUM, 1, 0xfbff, 0xfbff, r == 0xfc00);
@@ -814,8 +824,131 @@ START_TEST(test_bf16_edges)
 END_TEST
 
 /* ---------------------------------------------------------------------------
- * Suite
+ * float16: the F16C fast path against the portable one, bit for bit
  * ------------------------------------------------------------------------- */
+
+#define F16_ALL 65536
+
+/* Runs op over all n elements in pieces of varying length, so that both paths' wide loops, their
+ * 8-lane loops and their scalar tails all meet every kind of value. op < 0 is rcci_divide. */
+static void f16_run_pieces(uint16_t *dst, const uint16_t *a, const uint16_t *b, size_t n, int op,
+                           int d)
+{
+    static const size_t pieces[] = {1, 5, 8, 9, 16, 23, 64, 127, 1000, 4099};
+    for (size_t i = 0, k = 0; i < n; k++) {
+        size_t len = pieces[k % (sizeof pieces / sizeof pieces[0])];
+        len = len < n - i ? len : n - i;
+        if (op < 0)
+            rcci_divide(dst + i, a + i, len, RCC_FLOAT16, d);
+        else
+            rcci_reduce(dst + i, a + i, b + i, len, RCC_FLOAT16, (rcc_redop_t)op, d);
+        i += len;
+    }
+}
+
+/* x86 flush-to-zero and denormals-are-zero: the results must not depend on them. */
+#if defined(__x86_64__) && defined(__SSE__)
+#include <xmmintrin.h>
+#define F16_HAVE_MXCSR 1
+static unsigned f16_set_ftz_daz(int on)
+{
+    unsigned old = _mm_getcsr();
+    _mm_setcsr(on ? old | 0x8040u : old & ~0x8040u);
+    return old;
+}
+#endif
+
+/* Every one of the 65536 halves as a, against a sweep of b values: the specials (zeros, the
+ * subnormal range's ends, the normal range's ends, infinities, quiet and signalling NaNs of both
+ * signs with small and large payloads, values whose sum or quotient rounds to a tie) and random
+ * ones. b is rotated by one per round, so each a meets each b once, in every lane position. Both
+ * paths run in the default floating-point mode and under FTZ/DAZ; all four must agree. */
+START_TEST(test_f16_fast_matches_portable)
+{
+    if (!rcci_reduce_force_portable(0)) {
+        printf("float16: no F16C fast path (CPU or build); nothing to compare\n");
+        return;
+    }
+    static const uint16_t specials[] = {
+        0x0000, 0x8000, 0x0001, 0x8001, 0x0002, 0x0003, 0x0200, 0x03ff, 0x83ff, 0x0400,
+        0x8400, 0x0401, 0x07ff, 0x1400, 0x2000, 0x3555, 0x3800, 0x3bff, 0x3c00, 0xbc00,
+        0x3c01, 0x4200, 0x4248, 0x6800, 0x7800, 0x7bfe, 0x7bff, 0xfbff, 0x7c00, 0xfc00,
+        0x7c01, 0xfc01, 0x7d00, 0x7dff, 0x7e00, 0xfe00, 0x7e01, 0x7f55, 0x7fff, 0xffff};
+    enum { NB = 320 };
+    uint16_t bv[NB];
+    rng_state = 0xf16c;
+    for (size_t i = 0; i < NB; i++)
+        bv[i] = i < sizeof specials / sizeof specials[0] ? specials[i] : (uint16_t)rng();
+
+    uint16_t *a = malloc(F16_ALL * 2), *b = malloc(F16_ALL * 2), *want = malloc(F16_ALL * 2);
+    uint16_t *got = malloc(F16_ALL * 2);
+    ck_assert(a && b && want && got);
+    for (size_t i = 0; i < F16_ALL; i++)
+        a[i] = (uint16_t)i;
+    /* op, divisor: the four reductions, AVG by 3 (a quotient that rounds), and rcci_divide by 3
+     * and by a divisor that float cannot hold exactly. */
+    static const int cases[][2] = {{RCC_SUM, 1}, {RCC_PROD, 1}, {RCC_MAX, 1}, {RCC_MIN, 1},
+                                   {RCC_AVG, 3}, {-1, 3},       {-1, 1000003}};
+    for (size_t r = 0; r < NB; r++) {
+        for (size_t i = 0; i < F16_ALL; i++)
+            b[i] = bv[(i + r) % NB];
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int op = cases[c][0], d = cases[c][1];
+            if (op < 0 && r > 0)
+                continue; /* divide has no b */
+            rcci_reduce_force_portable(1);
+            f16_run_pieces(want, a, b, F16_ALL, op, d);
+            int nmodes = 1;
+#ifdef F16_HAVE_MXCSR
+            nmodes = 2;
+#endif
+            for (int mode = 0; mode < nmodes * 2; mode++) {
+                int fast = mode & 1, ftz = mode >> 1;
+                if (!fast && !ftz)
+                    continue; /* that is `want` */
+#ifdef F16_HAVE_MXCSR
+                unsigned csr = f16_set_ftz_daz(ftz);
+#endif
+                rcci_reduce_force_portable(!fast);
+                f16_run_pieces(got, a, b, F16_ALL, op, d);
+#ifdef F16_HAVE_MXCSR
+                _mm_setcsr(csr);
+#endif
+                for (size_t i = 0; i < F16_ALL; i++)
+                    if (got[i] != want[i])
+                        ck_abort_msg("float16 %s d=%d (%s%s): [%zu] a=0x%04x b=0x%04x got 0x%04x, "
+                                     "portable 0x%04x",
+                                     op < 0 ? "divide" : op_names[op], d,
+                                     fast ? "F16C" : "portable", ftz ? ", FTZ/DAZ" : "", i, a[i],
+                                     op < 0 ? 0 : b[i], got[i], want[i]);
+            }
+        }
+    }
+    rcci_reduce_force_portable(0);
+    free(a);
+    free(b);
+    free(want);
+    free(got);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------
+ * Suite
+ *
+ * The reduction tests run twice: on the float16 F16C fast path (where the CPU has it) and on the
+ * portable path. The fixtures are checked ones, run in each test's own process. The conversion
+ * tests call the scalar conversions, which have one path.
+ * ------------------------------------------------------------------------- */
+
+static void path_fast(void)
+{
+    rcci_reduce_force_portable(0);
+}
+
+static void path_portable(void)
+{
+    rcci_reduce_force_portable(1);
+}
 
 static Suite *reduce_suite(void)
 {
@@ -831,18 +964,31 @@ static Suite *reduce_suite(void)
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
-    tc = tcase_create("reduce");
-    tcase_add_loop_test(tc, test_every_op, 0, RCC_NUM_DATATYPES);
-    tcase_add_loop_test(tc, test_divide, 0, RCC_NUM_DATATYPES);
-    tcase_add_test(tc, test_null_empty);
-    tcase_set_timeout(tc, 120);
-    suite_add_tcase(s, tc);
+    int fast = rcci_reduce_force_portable(0);
+    printf("float16 reductions: %s\n",
+           fast ? "F16C fast path, then the portable path" : "portable path only (no F16C)");
+    for (int pass = 0; pass < 2; pass++) {
+        void (*setup)(void) = pass ? path_portable : path_fast;
+        tc = tcase_create(pass ? "reduce (portable)" : "reduce (fast path)");
+        tcase_add_checked_fixture(tc, setup, NULL);
+        tcase_add_loop_test(tc, test_every_op, 0, RCC_NUM_DATATYPES);
+        tcase_add_loop_test(tc, test_divide, 0, RCC_NUM_DATATYPES);
+        tcase_add_test(tc, test_null_empty);
+        tcase_set_timeout(tc, 120);
+        suite_add_tcase(s, tc);
 
-    tc = tcase_create("specials");
-    tcase_add_test(tc, test_float_specials);
-    tcase_add_test(tc, test_half_avg_rounds_once);
-    tcase_add_test(tc, test_int_wrap);
-    tcase_add_test(tc, test_int_avg);
+        tc = tcase_create(pass ? "specials (portable)" : "specials (fast path)");
+        tcase_add_checked_fixture(tc, setup, NULL);
+        tcase_add_test(tc, test_float_specials);
+        tcase_add_test(tc, test_half_avg_rounds_once);
+        tcase_add_test(tc, test_int_wrap);
+        tcase_add_test(tc, test_int_avg);
+        suite_add_tcase(s, tc);
+    }
+
+    tc = tcase_create("float16 paths");
+    tcase_add_test(tc, test_f16_fast_matches_portable);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return s;
 }
