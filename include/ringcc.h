@@ -268,6 +268,27 @@ RCC_API rcc_result_t rcc_reduce(const void *sendbuf, void *recvbuf, size_t count
  * who did not, after the timeout). */
 RCC_API rcc_result_t rcc_barrier(rcc_comm_t comm);
 
+/* Point to point (NCCL's ncclSend/ncclRecv): `count` elements to/from rank
+ * `peer`. Messages between two ranks are matched in call order, per
+ * direction; the receive must name the same count and dtype as the send
+ * (else RCC_ERR_REMOTE). A blocking send may return before the peer has
+ * received (the data is then in the transport's buffers). Issue sends and
+ * receives that depend on each other inside one group: a group's
+ * point-to-point calls progress together, so no order of them deadlocks,
+ * and a group may send to this rank itself. Errors: as rcc_broadcast, with
+ * `peer` for root; RCC_ERR_INVALID_USAGE for a message to oneself outside a
+ * group. */
+RCC_API rcc_result_t rcc_send(const void *sendbuf, size_t count, rcc_datatype_t dtype, int peer,
+                              rcc_comm_t comm);
+RCC_API rcc_result_t rcc_recv(void *recvbuf, size_t count, rcc_datatype_t dtype, int peer,
+                              rcc_comm_t comm);
+
+/* Block p (count elements) of sendbuf goes to rank p, which stores it as
+ * block `rank` of its recvbuf (nranks * count elements each). Not in place.
+ * Errors as rcc_allgather. */
+RCC_API rcc_result_t rcc_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                  rcc_datatype_t dtype, rcc_comm_t comm);
+
 /* Nonblocking forms: same arguments and checks, plus *req, which receives
  * the request (NULL when the call fails, or when there is nothing to do:
  * rcc_wait/rcc_test accept a NULL request as already complete). */
@@ -286,6 +307,12 @@ RCC_API rcc_result_t rcc_ireduce(const void *sendbuf, void *recvbuf, size_t coun
                                  rcc_datatype_t dtype, rcc_redop_t op, int root, rcc_comm_t comm,
                                  rcc_request_t *req);
 RCC_API rcc_result_t rcc_ibarrier(rcc_comm_t comm, rcc_request_t *req);
+RCC_API rcc_result_t rcc_isend(const void *sendbuf, size_t count, rcc_datatype_t dtype, int peer,
+                               rcc_comm_t comm, rcc_request_t *req);
+RCC_API rcc_result_t rcc_irecv(void *recvbuf, size_t count, rcc_datatype_t dtype, int peer,
+                               rcc_comm_t comm, rcc_request_t *req);
+RCC_API rcc_result_t rcc_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                   rcc_datatype_t dtype, rcc_comm_t comm, rcc_request_t *req);
 
 /* Groups (NCCL's ncclGroupStart/ncclGroupEnd), per thread. Collective calls
  * made between rcc_group_start and the matching rcc_group_end check their
@@ -303,14 +330,16 @@ RCC_API rcc_result_t rcc_group_start(void);
 RCC_API rcc_result_t rcc_group_end(void);
 
 /* Never blocks. When the operation has finished, sets *done = 1, frees the
- * request, sets *req = NULL and returns the operation's result (its detail
- * in rcc_last_error(comm)); otherwise *done = 0 and RCC_SUCCESS.
- * Thread-safe for different requests. */
+ * request, sets *req = NULL and returns the operation's result, with its
+ * detail in rcc_last_error(NULL) (this thread's); otherwise *done = 0 and
+ * RCC_SUCCESS. A NULL *req counts as finished. Thread-safe for different
+ * requests. A request may outlive its communicator. */
 RCC_API rcc_result_t rcc_test(rcc_request_t *req, int *done);
 
 /* Blocks until the operation finishes (bounded by the communicator's
  * timeout, enforced by its progress thread), frees the request, sets *req =
- * NULL and returns the operation's result. */
+ * NULL and returns the operation's result (detail in rcc_last_error(NULL)).
+ * RCC_ERR_INVALID_USAGE for an operation of a group that has not ended. */
 RCC_API rcc_result_t rcc_wait(rcc_request_t *req);
 
 /* rcc_wait on each of n requests, in any completion order; returns the

@@ -89,6 +89,11 @@ static rcc_result_t coll_submit(struct rcc_comm *comm, const rcci_op_t *tmpl, si
     op->dtype = tmpl->dtype;
     op->redop = tmpl->redop;
     op->root = tmpl->root;
+    if (tmpl->nmsgs) {
+        op->msgs = (rcci_p2p_msg_t *)op->inline_data;
+        op->nmsgs = tmpl->nmsgs;
+        memcpy(op->msgs, tmpl->msgs, sizeof *op->msgs * (size_t)tmpl->nmsgs);
+    }
     if (op->coll == RCCI_COLL_BARRIER) { /* an allreduce of one byte per rank */
         op->sendbuf = op->inline_data;
         op->recvbuf = op->inline_data + comm->nranks;
@@ -114,7 +119,8 @@ static rcc_result_t coll_call(struct rcc_comm *comm, rcc_result_t res, const rcc
                               rcc_request_t *req)
 {
     rcc_request_t local = NULL;
-    size_t extra = tmpl->coll == RCCI_COLL_BARRIER ? 2 * (size_t)comm->nranks : 0;
+    size_t extra = tmpl->coll == RCCI_COLL_BARRIER ? 2 * (size_t)comm->nranks
+                                                   : sizeof *tmpl->msgs * (size_t)tmpl->nmsgs;
     if (res == RCC_SUCCESS)
         res = coll_submit(comm, tmpl, extra, req ? req : &local);
     rcc_request_t mine = req ? *req : local;
@@ -142,8 +148,11 @@ static rcc_result_t coll_enter(const char *name, struct rcc_comm *comm, rcc_requ
     rcci_tls_error_clear();
     if (!comm)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "%s: comm is NULL", name);
-    if (nonblocking && !req)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "%s: req (the request pointer) is NULL", name);
+    if (nonblocking && !req) {
+        rcci_comm_enter(comm); /* so that rcc_last_error(comm) tells it too */
+        return rcci_comm_leave(comm, rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                                                "%s: req (the request pointer) is NULL", name));
+    }
     if (req)
         *req = NULL;
     rcci_comm_enter(comm);
@@ -346,6 +355,121 @@ rcc_result_t rcc_ibarrier(rcc_comm_t comm, rcc_request_t *req)
     if (!req)
         return coll_enter("rcc_ibarrier", comm, req, 1);
     return coll_barrier("rcc_ibarrier", comm, req);
+}
+
+/* ---- point to point ----------------------------------------------------------- */
+
+static rcc_result_t coll_p2p(const char *name, int is_send, const void *buf, size_t count,
+                             rcc_datatype_t dtype, int peer, rcc_comm_t comm, rcc_request_t *req)
+{
+    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    if (res != RCC_SUCCESS)
+        return res;
+    res = coll_check_type(name, dtype, count, 1);
+    if (res == RCC_SUCCESS && (peer < 0 || peer >= comm->nranks))
+        res = rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                         "%s: peer %d is not a rank of this %d-rank "
+                         "communicator",
+                         name, peer, comm->nranks);
+    if (res == RCC_SUCCESS && count > 0)
+        res = coll_check_ptr(name, buf, is_send ? "sendbuf" : "recvbuf");
+    if (res == RCC_SUCCESS && peer == comm->rank && !rcci_group_active())
+        res =
+            rcci_error(RCC_ERR_INVALID_USAGE,
+                       "%s: to this rank itself outside a group (it would wait for itself)", name);
+    rcci_p2p_msg_t msg = {.peer = peer,
+                          .is_send = is_send,
+                          .buf = (char *)buf,
+                          .bytes = count * rcc_datatype_size(dtype)};
+    rcci_op_t tmpl = {.coll = RCCI_COLL_P2P,
+                      .count = count,
+                      .dtype = dtype,
+                      .redop = RCC_SUM,
+                      .root = peer,
+                      .msgs = &msg,
+                      .nmsgs = 1};
+    return coll_call(comm, res, &tmpl, req);
+}
+
+rcc_result_t rcc_send(const void *sendbuf, size_t count, rcc_datatype_t dtype, int peer,
+                      rcc_comm_t comm)
+{
+    return coll_p2p("rcc_send", 1, sendbuf, count, dtype, peer, comm, NULL);
+}
+
+rcc_result_t rcc_recv(void *recvbuf, size_t count, rcc_datatype_t dtype, int peer, rcc_comm_t comm)
+{
+    return coll_p2p("rcc_recv", 0, recvbuf, count, dtype, peer, comm, NULL);
+}
+
+rcc_result_t rcc_isend(const void *sendbuf, size_t count, rcc_datatype_t dtype, int peer,
+                       rcc_comm_t comm, rcc_request_t *req)
+{
+    if (!req)
+        return coll_enter("rcc_isend", comm, req, 1);
+    return coll_p2p("rcc_isend", 1, sendbuf, count, dtype, peer, comm, req);
+}
+
+rcc_result_t rcc_irecv(void *recvbuf, size_t count, rcc_datatype_t dtype, int peer, rcc_comm_t comm,
+                       rcc_request_t *req)
+{
+    if (!req)
+        return coll_enter("rcc_irecv", comm, req, 1);
+    return coll_p2p("rcc_irecv", 0, recvbuf, count, dtype, peer, comm, req);
+}
+
+/* Alltoall: block p of sendbuf goes to rank p, which stores it at block
+ * `rank` of its recvbuf; one point-to-point operation of 2n messages. */
+static rcc_result_t coll_alltoall(const char *name, const void *sendbuf, void *recvbuf,
+                                  size_t count, rcc_datatype_t dtype, rcc_comm_t comm,
+                                  rcc_request_t *req)
+{
+    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    if (res != RCC_SUCCESS)
+        return res;
+    int n = comm->nranks;
+    res = coll_check_type(name, dtype, count, (size_t)n);
+    if (res == RCC_SUCCESS && count > 0)
+        res = coll_check_ptr(name, sendbuf, "sendbuf");
+    if (res == RCC_SUCCESS && count > 0)
+        res = coll_check_ptr(name, recvbuf, "recvbuf");
+    size_t block = count * rcc_datatype_size(dtype), all = block * (size_t)n;
+    if (res == RCC_SUCCESS && sendbuf == recvbuf && count > 0)
+        res = rcci_error(RCC_ERR_INVALID_ARGUMENT, "%s: in-place alltoall is not supported", name);
+    if (res == RCC_SUCCESS)
+        res = coll_check_overlap(name, sendbuf, all, recvbuf, all, NULL);
+    rcci_p2p_msg_t *msgs = res == RCC_SUCCESS ? malloc(sizeof *msgs * 2 * (size_t)n) : NULL;
+    if (res == RCC_SUCCESS && !msgs)
+        res = rcci_error(RCC_ERR_NO_MEMORY, "%s: %d messages", name, 2 * n);
+    for (int p = 0; msgs && p < n; p++) {
+        /* Start with the next rank so that rank p's first sends spread out. */
+        int q = (comm->rank + p) % n;
+        msgs[2 * p] = (rcci_p2p_msg_t){q, 1, (char *)sendbuf + (size_t)q * block, block};
+        msgs[2 * p + 1] = (rcci_p2p_msg_t){q, 0, (char *)recvbuf + (size_t)q * block, block};
+    }
+    rcci_op_t tmpl = {.coll = RCCI_COLL_P2P,
+                      .count = count,
+                      .dtype = dtype,
+                      .redop = RCC_SUM,
+                      .msgs = msgs,
+                      .nmsgs = 2 * n};
+    res = coll_call(comm, res, &tmpl, req);
+    free(msgs);
+    return res;
+}
+
+rcc_result_t rcc_alltoall(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
+                          rcc_comm_t comm)
+{
+    return coll_alltoall("rcc_alltoall", sendbuf, recvbuf, count, dtype, comm, NULL);
+}
+
+rcc_result_t rcc_ialltoall(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
+                           rcc_comm_t comm, rcc_request_t *req)
+{
+    if (!req)
+        return coll_enter("rcc_ialltoall", comm, req, 1);
+    return coll_alltoall("rcc_ialltoall", sendbuf, recvbuf, count, dtype, comm, req);
 }
 
 /* ---- requests ----------------------------------------------------------------- */

@@ -234,6 +234,22 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     rcci_bootstrap_peer_name(comm->bootstrap, prev, pname, sizeof pname);
     RCC_INFO("ring: sends to %s via %s, receives from %s via %s%s", nname, comm->send_link.tr->name,
              pname, comm->recv_link.tr->name, *only ? " (forced by RCC_TRANSPORT)" : "");
+    /* The listener stays open for point-to-point connections, made on first
+     * use. They run over this rank's receive transport (one transport per
+     * job today; per-peer choice arrives with the second transport). */
+    rcci_p2p_links_t *p2p = &comm->p2p;
+    p2p->tr = comm->recv_link.tr;
+    p2p->tctx = comm->recv_link.tctx;
+    p2p->out = calloc((size_t)comm->nranks, sizeof *p2p->out);
+    p2p->in = calloc((size_t)comm->nranks, sizeof *p2p->in);
+    p2p->out_seq = calloc((size_t)comm->nranks, sizeof *p2p->out_seq);
+    p2p->in_seq = calloc((size_t)comm->nranks, sizeof *p2p->in_seq);
+    if (!p2p->out || !p2p->in || !p2p->out_seq || !p2p->in_seq)
+        RCC_FAIL(RCC_ERR_NO_MEMORY, "point-to-point tables for %d ranks", comm->nranks);
+    p2p->listener = listener;
+    listener = NULL;
+    p2p->handles = handles;
+    handles = NULL;
 out:
     if (res != RCC_SUCCESS)
         rcci_error_prefix("connecting the ring: ");
@@ -248,6 +264,14 @@ static void comm_free(struct rcc_comm *comm)
 {
     if (!comm)
         return;
+    rcci_p2p_close(comm);
+    if (comm->p2p.listener)
+        comm->p2p.tr->close_listener(comm->p2p.listener);
+    free(comm->p2p.handles);
+    free(comm->p2p.out);
+    free(comm->p2p.in);
+    free(comm->p2p.out_seq);
+    free(comm->p2p.in_seq);
     rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
     for (int i = 0; i < 2; i++)
         if (links[i]->conn)

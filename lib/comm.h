@@ -15,6 +15,14 @@
 #include "ringcc.h"
 #include "transport.h"
 
+/* One message of a point-to-point operation (send, recv, alltoall). */
+typedef struct {
+    int peer;
+    int is_send;
+    char *buf;
+    size_t bytes;
+} rcci_p2p_msg_t;
+
 /* One collective call, from the caller's thread to the progress thread and
  * back. Reference-counted: the caller (its request) and the progress thread
  * each hold one, and completion is signalled on the operation itself, so a
@@ -35,6 +43,9 @@ typedef struct rcci_op {
     struct rcci_op **members;
     int nmembers;
     char *fusion_buf;
+    /* Point-to-point messages (RCCI_COLL_P2P), in call order. */
+    rcci_p2p_msg_t *msgs;
+    int nmsgs;
     uint32_t seq; /* per-communicator operation number, carried on the wire */
     /* Completion, under `lock`. */
     pthread_mutex_t lock;
@@ -42,8 +53,21 @@ typedef struct rcci_op {
     int done;
     rcc_result_t result;
     char error[RCCI_ERR_TEXT_BYTES];
-    char inline_data[]; /* buffers the operation owns (a barrier's) */
+    _Alignas(max_align_t) char inline_data[]; /* what the operation owns: a barrier's
+                                                  buffers, point-to-point messages */
 } rcci_op_t;
+
+/* Point-to-point connections, one per peer and direction, made on first use
+ * through the listener every rank keeps open (coll/p2p.c). Messages between
+ * two ranks are matched in call order by per-direction sequence numbers. */
+typedef struct {
+    const rcci_transport_t *tr;
+    void *tctx;
+    rcci_listener_t *listener;
+    char *handles; /* every rank's listener handle, RCCI_HANDLE_BYTES each */
+    rcci_conn_t **out, **in;
+    uint32_t *out_seq, *in_seq;
+} rcci_p2p_links_t;
 
 /* One ring edge: the connection and the transport that runs it. */
 typedef struct {
@@ -65,9 +89,11 @@ struct rcc_comm {
     void *tctx[8];
     rcci_link_t send_link; /* to rank + 1 */
     rcci_link_t recv_link; /* from rank - 1 */
-    char *slot_mem;        /* slots x chunk_bytes: receive slots for reductions */
-    char *stage_mem;       /* slots x chunk_bytes: partial results waiting to be sent */
-    char *scratch;         /* grow-only scratch for schedules that need it */
+    rcci_p2p_links_t p2p;
+    int poll_ms;     /* set by an executor waiting on something epoll cannot see */
+    char *slot_mem;  /* slots x chunk_bytes: receive slots for reductions */
+    char *stage_mem; /* slots x chunk_bytes: partial results waiting to be sent */
+    char *scratch;   /* grow-only scratch for schedules that need it */
     size_t scratch_bytes;
 
     /* Progress thread and its queue. */
@@ -132,5 +158,14 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
 rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed,
                                int *done);
 void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *exec);
+
+/* The same three for point-to-point operations (coll/p2p.c), and closing
+ * every point-to-point connection (after a failure, at destroy). */
+rcc_result_t rcci_p2p_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec);
+rcc_result_t rcci_p2p_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed, int *done);
+void rcci_p2p_finish(struct rcc_comm *comm, rcci_exec_t *exec);
+void rcci_p2p_close(struct rcc_comm *comm);
+/* Adds a connection's descriptor to the progress thread's epoll set. */
+rcc_result_t rcci_progress_watch(struct rcc_comm *comm, int fd);
 
 #endif /* RINGCC_COMM_H */

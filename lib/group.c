@@ -49,7 +49,7 @@ rcc_result_t rcci_group_add(struct rcc_comm *comm, rcci_op_t *op, rcc_request_t 
 
 static int group_fusable(const rcci_op_t *a, const rcci_op_t *b)
 {
-    return a->coll == RCCI_COLL_ALLREDUCE && b->coll == RCCI_COLL_ALLREDUCE &&
+    return !a->nmembers && a->coll == RCCI_COLL_ALLREDUCE && b->coll == RCCI_COLL_ALLREDUCE &&
            a->dtype == b->dtype && a->redop == b->redop;
 }
 
@@ -101,7 +101,7 @@ void rcci_group_complete_fused(rcci_op_t *fused, rcc_result_t res)
     size_t esize = rcc_datatype_size(fused->dtype), at = 0;
     for (int i = 0; i < fused->nmembers; i++) {
         rcci_op_t *m = fused->members[i];
-        if (res == RCC_SUCCESS)
+        if (res == RCC_SUCCESS && fused->fusion_buf)
             memcpy(m->recvbuf, fused->fusion_buf + at, m->count * esize);
         at += m->count * esize;
         rcci_op_complete(m, res);
@@ -109,9 +109,62 @@ void rcci_group_complete_fused(rcci_op_t *fused, rcc_result_t res)
     }
     free(fused->members);
     free(fused->fusion_buf);
+    if (fused->coll == RCCI_COLL_P2P)
+        free(fused->msgs); /* a merged operation's own copy */
+    fused->msgs = NULL;
     fused->members = NULL;
     fused->nmembers = 0;
     fused->fusion_buf = NULL;
+}
+
+/* All point-to-point operations of one communicator's share of a group
+ * become one, launched where the first of them stood: their messages then
+ * progress together, so their order cannot deadlock. Returns the number of
+ * operations left in ops[] (the merged one replaces the first). */
+static int group_merge_p2p(rcci_op_t **ops, int n, rcc_result_t *res)
+{
+    int first = -1, count = 0, nmsgs = 0;
+    for (int i = 0; i < n; i++) {
+        if (ops[i]->coll != RCCI_COLL_P2P)
+            continue;
+        first = first < 0 ? i : first;
+        count++;
+        nmsgs += ops[i]->nmsgs;
+    }
+    if (count < 2)
+        return n;
+    rcci_op_t *merged = rcci_op_new(0);
+    rcci_p2p_msg_t *msgs = malloc(sizeof *msgs * (size_t)nmsgs);
+    rcci_op_t **members = malloc(sizeof *members * (size_t)count);
+    if (!merged || !msgs || !members) {
+        free(msgs), free(members);
+        if (merged)
+            rcci_op_release(merged);
+        *res = rcci_error(RCC_ERR_NO_MEMORY, "merging %d point-to-point calls", count);
+        return n; /* launched one by one instead */
+    }
+    int k = 0, m = 0, left = 0;
+    for (int i = 0; i < n; i++) {
+        if (ops[i]->coll != RCCI_COLL_P2P) {
+            ops[left++] = ops[i];
+            continue;
+        }
+        memcpy(msgs + m, ops[i]->msgs, sizeof *msgs * (size_t)ops[i]->nmsgs);
+        m += ops[i]->nmsgs;
+        members[k] = ops[i];
+        atomic_fetch_add(&ops[i]->refs, 1); /* the merged operation's */
+        atomic_store(&ops[i]->launched, 1);
+        k++;
+        if (i == first)
+            ops[left++] = merged;
+    }
+    merged->coll = RCCI_COLL_P2P;
+    merged->msgs = msgs;
+    merged->nmsgs = nmsgs;
+    merged->members = members;
+    merged->nmembers = count;
+    merged->count = 1;
+    return left;
 }
 
 /* Launches one communicator's share of the group, in call order. */
@@ -119,6 +172,7 @@ static rcc_result_t group_launch_comm(struct rcc_comm *comm, rcci_op_t **ops, in
 {
     size_t fusion_bytes = (size_t)rcci_param_int(RCCI_PARAM_FUSION_BYTES);
     rcc_result_t first = RCC_SUCCESS;
+    n = group_merge_p2p(ops, n, &first);
     for (int i = 0; i < n;) {
         size_t esize = rcc_datatype_size(ops[i]->dtype), total = ops[i]->count;
         int j = i + 1;
@@ -130,8 +184,12 @@ static rcc_result_t group_launch_comm(struct rcc_comm *comm, rcci_op_t **ops, in
             res = group_launch_fused(comm, ops + i, j - i, total);
         } else {
             res = rcci_progress_enqueue(comm, ops[i]);
+            if (res != RCC_SUCCESS && ops[i]->nmembers)
+                rcci_group_complete_fused(ops[i], res);
             if (res != RCC_SUCCESS)
                 group_fail(ops + i, 1, res);
+            if (ops[i]->nmembers)
+                rcci_op_release(ops[i]); /* a merged operation: the queue holds it now */
         }
         if (res != RCC_SUCCESS && first == RCC_SUCCESS)
             first = res;

@@ -80,6 +80,7 @@ static void progress_break(struct rcc_comm *comm, rcc_result_t res)
             links[i]->conn = NULL;
         }
     }
+    rcci_p2p_close(comm);
 }
 
 static void progress_sleep(struct rcc_comm *comm, int ms)
@@ -95,72 +96,136 @@ static void progress_sleep(struct rcc_comm *comm, int ms)
     }
 }
 
+/* Point-to-point operations have their own executor; the rest are schedules. */
+static rcc_result_t exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec)
+{
+    return op->coll == RCCI_COLL_P2P ? rcci_p2p_start(comm, op, exec)
+                                     : rcci_coll_start(comm, op, exec);
+}
+
+static rcc_result_t exec_advance(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec,
+                                 int *progressed, int *done)
+{
+    return op->coll == RCCI_COLL_P2P ? rcci_p2p_advance(comm, exec, progressed, done)
+                                     : rcci_coll_advance(comm, exec, progressed, done);
+}
+
+static void exec_finish(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec)
+{
+    if (op->coll == RCCI_COLL_P2P)
+        rcci_p2p_finish(comm, exec);
+    else
+        rcci_coll_finish(comm, exec);
+}
+
+/* Operations running now. Collectives run one at a time, in call order;
+ * point-to-point operations that follow each other in the queue run
+ * together (an irecv and the isend after it must not wait for each other),
+ * and a collective waits until they have all ended. */
+#define PROGRESS_MAX_ACTIVE 64
+
+typedef struct {
+    rcci_op_t *op;
+    rcci_exec_t *exec;
+} active_t;
+
+static rcci_op_t *progress_pop(struct rcc_comm *comm, int only_p2p, int *stop)
+{
+    pthread_mutex_lock(&comm->lock);
+    rcci_op_t *op = comm->queue_head;
+    if (op && only_p2p && op->coll != RCCI_COLL_P2P)
+        op = NULL;
+    if (op) {
+        comm->queue_head = op->next;
+        if (!comm->queue_head)
+            comm->queue_tail = NULL;
+    }
+    *stop = comm->stopping;
+    pthread_mutex_unlock(&comm->lock);
+    return op;
+}
+
+/* Ends every running operation with `res` (whose detail is this thread's
+ * error text), then breaks the communicator. */
+static void progress_fail_all(struct rcc_comm *comm, active_t *act, int *nact, rcc_result_t res)
+{
+    char error[RCCI_ERR_TEXT_BYTES];
+    snprintf(error, sizeof error, "%s", rcci_tls_error());
+    for (int i = 0; i < *nact; i++) {
+        exec_finish(comm, act[i].op, act[i].exec);
+        rcci_tls_error_set(error);
+        progress_complete(act[i].op, res);
+    }
+    *nact = 0;
+    progress_break(comm, res);
+}
+
 static void *progress_main(void *arg)
 {
     struct rcc_comm *comm = arg;
     rcci_log_set_rank(comm->rank);
-    rcci_op_t *cur = NULL;
-    rcci_exec_t *exec = NULL;
-    int abort_seen = 0;
+    active_t act[PROGRESS_MAX_ACTIVE];
+    int nact = 0, abort_seen = 0, stop = 0;
     for (;;) {
         if (!abort_seen && atomic_load(&comm->aborted)) {
             abort_seen = 1;
             rcc_result_t res = rcci_error(RCC_ERR_ABORTED, "the communicator was aborted");
-            if (cur) {
-                rcci_coll_finish(comm, exec);
-                progress_complete(cur, res);
-                cur = NULL;
-            }
-            progress_break(comm, res);
+            progress_fail_all(comm, act, &nact, res);
         }
-        if (!cur) {
-            pthread_mutex_lock(&comm->lock);
-            cur = comm->queue_head;
-            if (cur) {
-                comm->queue_head = cur->next;
-                if (!comm->queue_head)
-                    comm->queue_tail = NULL;
-            }
-            int stop = comm->stopping;
-            rcc_result_t broken = comm->broken;
-            pthread_mutex_unlock(&comm->lock);
-            if (!cur) {
-                if (stop)
-                    break;
-                progress_sleep(comm, IDLE_WAIT_MS);
-                continue;
-            }
-            rcc_result_t res = broken;
-            if (broken != RCC_SUCCESS)
-                rcci_error(broken, "the communicator failed earlier: %s", comm->broken_text);
-            else
-                res = rcci_coll_start(comm, cur, &exec);
-            if (res != RCC_SUCCESS) {
-                rcci_coll_finish(comm, exec);
-                exec = NULL;
-                progress_complete(cur, res);
-                cur = NULL;
-                continue;
-            }
-        }
-        int progressed, done;
-        rcc_result_t res = rcci_coll_advance(comm, exec, &progressed, &done);
-        if (res != RCC_SUCCESS || done) {
-            rcci_coll_finish(comm, exec);
-            exec = NULL;
+        /* Admit queued work: anything when idle, more point-to-point while
+         * only point-to-point runs. */
+        while (nact < PROGRESS_MAX_ACTIVE) {
+            int only_p2p = nact > 0;
+            rcci_op_t *op = progress_pop(comm, only_p2p, &stop);
+            if (!op)
+                break;
+            rcci_exec_t *exec = NULL;
+            rcc_result_t res = comm->broken;
             if (res != RCC_SUCCESS)
-                progress_break(comm, res);
-            progress_complete(cur, res);
-            cur = NULL;
+                rcci_error(res, "the communicator failed earlier: %s", comm->broken_text);
+            else
+                res = exec_start(comm, op, &exec);
+            if (res != RCC_SUCCESS) {
+                exec_finish(comm, op, exec);
+                progress_complete(op, res);
+                continue;
+            }
+            act[nact++] = (active_t){op, exec};
+            if (op->coll != RCCI_COLL_P2P)
+                break;
+        }
+        if (nact == 0) {
+            if (stop)
+                break;
+            progress_sleep(comm, IDLE_WAIT_MS);
             continue;
         }
-        if (!progressed)
-            progress_sleep(comm, IDLE_WAIT_MS);
+        int any = 0;
+        comm->poll_ms = 0;
+        for (int i = 0; i < nact; i++) {
+            int progressed, done;
+            rcc_result_t res = exec_advance(comm, act[i].op, act[i].exec, &progressed, &done);
+            if (res != RCC_SUCCESS) {
+                progress_fail_all(comm, act, &nact, res);
+                any = 1;
+                break;
+            }
+            any |= progressed;
+            if (done) {
+                exec_finish(comm, act[i].op, act[i].exec);
+                progress_complete(act[i].op, RCC_SUCCESS);
+                memmove(act + i, act + i + 1, sizeof *act * (size_t)(nact - i - 1));
+                nact--, i--;
+                any = 1;
+            }
+        }
+        if (!any)
+            progress_sleep(comm, comm->poll_ms > 0 ? comm->poll_ms : IDLE_WAIT_MS);
     }
     return NULL;
 }
 
-static rcc_result_t progress_watch(struct rcc_comm *comm, int fd)
+rcc_result_t rcci_progress_watch(struct rcc_comm *comm, int fd)
 {
     if (fd < 0)
         return RCC_SUCCESS;
@@ -178,11 +243,11 @@ rcc_result_t rcci_progress_start(struct rcc_comm *comm)
     comm->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (comm->wake_fd < 0)
         return rcci_error_errno(RCC_ERR_SYSTEM, errno, "eventfd");
-    rcc_result_t res = progress_watch(comm, comm->wake_fd);
+    rcc_result_t res = rcci_progress_watch(comm, comm->wake_fd);
     if (res == RCC_SUCCESS && comm->send_link.conn)
-        res = progress_watch(comm, comm->send_link.tr->wait_fd(comm->send_link.conn));
+        res = rcci_progress_watch(comm, comm->send_link.tr->wait_fd(comm->send_link.conn));
     if (res == RCC_SUCCESS && comm->recv_link.conn)
-        res = progress_watch(comm, comm->recv_link.tr->wait_fd(comm->recv_link.conn));
+        res = rcci_progress_watch(comm, comm->recv_link.tr->wait_fd(comm->recv_link.conn));
     if (res != RCC_SUCCESS)
         return res;
     int rc = pthread_create(&comm->progress, NULL, progress_main, comm);
@@ -218,7 +283,9 @@ rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op)
         pthread_mutex_unlock(&comm->lock);
         return rcci_error(RCC_ERR_INVALID_USAGE, "the communicator is being destroyed or aborted");
     }
-    op->seq = comm->next_seq++;
+    /* Collectives are numbered per communicator (all ranks call the same
+     * ones); point-to-point messages are numbered per peer (p2p.c). */
+    op->seq = op->coll == RCCI_COLL_P2P ? 0 : comm->next_seq++;
     op->launched = 1;
     atomic_fetch_add(&op->refs, 1); /* the progress thread's */
     op->next = NULL;

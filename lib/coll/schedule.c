@@ -5,8 +5,8 @@
 
 const char *rcci_coll_name(rcci_coll_t coll)
 {
-    static const char *const names[] = {"allreduce", "reduce_scatter", "allgather",
-                                        "broadcast", "reduce",         "barrier"};
+    static const char *const names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                        "reduce",    "barrier",        "send/recv"};
     return (unsigned)coll < sizeof names / sizeof names[0] ? names[coll] : "unknown";
 }
 
@@ -70,7 +70,8 @@ void rcci_schedule_local(const rcci_schedule_t *s)
         if (s->nranks == 1 && s->recvbuf != s->sendbuf)
             memcpy(s->recvbuf, s->sendbuf, bytes);
         break;
-    case RCCI_COLL_BARRIER: break;
+    case RCCI_COLL_BARRIER:
+    case RCCI_COLL_P2P: break;
     }
 }
 

@@ -27,6 +27,7 @@ typedef enum {
     RCCI_COLL_BROADCAST,
     RCCI_COLL_REDUCE,
     RCCI_COLL_BARRIER,
+    RCCI_COLL_P2P, /* send, recv, alltoall: not a ring schedule (p2p.c) */
 } rcci_coll_t;
 
 const char *rcci_coll_name(rcci_coll_t coll);
