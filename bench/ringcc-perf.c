@@ -1,10 +1,12 @@
 /*
- * ringcc-perf — allreduce bandwidth and correctness, in the style of nccl-tests' all_reduce_perf.
+ * ringcc-perf — collective bandwidth and correctness, in the style of nccl-tests' all_reduce_perf,
+ * reduce_scatter_perf, all_gather_perf, broadcast_perf and reduce_perf (-C picks one).
  *
  *   ringcc-run -n 4 ringcc-perf -b 8 -e 128M -f 2
+ *   ringcc-run -n 4 ringcc-perf -C allgather -b 8 -e 128M -f 2
  *
  * Uses only the public API, so it measures what an application sees. Each row is one
- * (dtype, op, size): an untimed checked allreduce, WARMUP untimed ones, then ITERS timed one by
+ * (dtype, op, size): an untimed checked collective, WARMUP untimed ones, then ITERS timed one by
  * one. The time reported is the median over the iterations of the slowest rank's time for that
  * iteration: every rank times each iteration with CLOCK_MONOTONIC, and the per-iteration times
  * are combined with an RCC_MAX allreduce. A median resists the odd descheduled iteration that
@@ -13,7 +15,15 @@
  * Checking: the inputs are small integers chosen per dtype, op and rank count so that the exact
  * result is representable in every dtype (fp16 and bf16 included) whatever order the library
  * reduces in; results are compared bit for bit against values computed here. The pattern has a
- * prime period (PERF_PERIOD elements), so a chunk written to the wrong offset shows.
+ * prime period (PERF_PERIOD elements), so a chunk written to the wrong offset shows. Allgather
+ * and broadcast only move data, so their inputs are scrambled exact values, different per rank.
+ *
+ * Sizes follow nccl-tests: for allreduce, broadcast and reduce, size = count elements; for
+ * reducescatter size is the whole input and count the per-rank output (nranks * count elements
+ * in), for allgather size is the whole output and count the per-rank input; so there a size is
+ * rounded down to a multiple of nranks elements. In place (-i 1) follows NCCL: allgather sends
+ * from recvbuf + rank * count, reducescatter receives into sendbuf + rank * count, the others
+ * pass sendbuf == recvbuf.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -23,6 +33,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,11 +47,35 @@
 
 #define PERF_NAME "ringcc-perf"
 #define PERF_PERIOD 509      /* prime: see above */
-#define PERF_CANARY_BYTES 64 /* after the last element: must survive the allreduce */
+#define PERF_CANARY_BYTES 64 /* after the last element: must survive the collective */
+#define PERF_CANARY 0x5a     /* the canary's bytes */
+#define PERF_FILL 0xa5       /* bytes of an output before the call: an element skipped keeps them */
 #define PERF_MAX_ITERS 1000000
 #define PERF_EXIT_USAGE 2
 
+enum perf_coll {
+    PERF_ALLREDUCE,
+    PERF_REDUCESCATTER,
+    PERF_ALLGATHER,
+    PERF_BROADCAST,
+    PERF_REDUCE,
+    PERF_NUM_COLLS
+};
+
+static const struct {
+    const char *name;
+    int has_op;   /* reduces: -o applies, redop column names it */
+    int has_root; /* -r applies */
+    int blocks;   /* the count is per rank: the buffers hold nranks blocks of it */
+} perf_colls[PERF_NUM_COLLS] = {
+    [PERF_ALLREDUCE] = {"allreduce", 1, 0, 0}, [PERF_REDUCESCATTER] = {"reducescatter", 1, 0, 1},
+    [PERF_ALLGATHER] = {"allgather", 0, 0, 1}, [PERF_BROADCAST] = {"broadcast", 0, 1, 0},
+    [PERF_REDUCE] = {"reduce", 1, 1, 0},
+};
+
 struct perf_opts {
+    enum perf_coll coll;
+    int root;
     size_t minbytes, maxbytes;
     size_t factor;
     int iters, warmup, check, inplace;
@@ -74,6 +109,9 @@ __attribute__((format(printf, 1, 2), noreturn)) static void perf_usage_error(con
         vfprintf(stderr, fmt, ap);
         fprintf(stderr, "\nTry '%s -h' for more information.\n", PERF_NAME);
         va_end(ap);
+    } else {
+        /* Let rank 0 say why: the first rank to exit makes ringcc-run stop the others. */
+        nanosleep(&(struct timespec){.tv_nsec = 200 * 1000 * 1000}, NULL);
     }
     exit(PERF_EXIT_USAGE);
 }
@@ -94,13 +132,33 @@ static void perf_allreduce(const void *send, void *recv, size_t count, rcc_datat
         perf_fail("allreduce", rc);
 }
 
+/* One call of the collective under test; count is the API's (per rank for the blocked ones). */
+static void perf_collective(enum perf_coll coll, const void *send, void *recv, size_t count,
+                            rcc_datatype_t dt, rcc_redop_t op, int root)
+{
+    rcc_result_t rc = RCC_ERR_INTERNAL;
+    switch (coll) {
+    case PERF_ALLREDUCE: rc = rcc_allreduce(send, recv, count, dt, op, perf_comm); break;
+    case PERF_REDUCESCATTER: rc = rcc_reduce_scatter(send, recv, count, dt, op, perf_comm); break;
+    case PERF_ALLGATHER: rc = rcc_allgather(send, recv, count, dt, perf_comm); break;
+    case PERF_BROADCAST: rc = rcc_broadcast(send, recv, count, dt, root, perf_comm); break;
+    case PERF_REDUCE: rc = rcc_reduce(send, recv, count, dt, op, root, perf_comm); break;
+    default: break;
+    }
+    if (rc != RCC_SUCCESS)
+        perf_fail(perf_colls[coll].name, rc);
+}
+
 static void perf_help(void)
 {
     if (!perf_env_rank0())
         return;
     printf("Usage: %s [options]   (one process per rank, e.g. under ringcc-run -n N)\n"
-           "Measure allreduce time and bandwidth over a range of sizes, and check results.\n"
+           "Measure a collective's time and bandwidth over a range of sizes; check results.\n"
            "\n"
+           "  -C, --collective NAME   allreduce (default), reducescatter, allgather,\n"
+           "                          broadcast or reduce\n"
+           "  -r, --root N            root rank of broadcast and reduce (default 0)\n"
            "  -b, --minbytes SIZE     smallest size (default 32M)\n"
            "  -e, --maxbytes SIZE     largest size (default 32M)\n"
            "  -f, --stepfactor N      multiply the size by N (an integer >= 2) each step "
@@ -113,18 +171,26 @@ static void perf_help(void)
            "                          int8 uint8 int32 uint32 int64 uint64 float16 float32\n"
            "                          float64 bfloat16 (also half float double bf16 fp16...)\n"
            "  -o, --op OP             sum prod max min avg, a comma-separated list, or 'all'\n"
-           "                          (default sum)\n"
-           "  -i, --inplace 0|1       1: sendbuf == recvbuf, timed and checked that way "
-           "(default 0)\n"
+           "                          (default sum; ignored by allgather and broadcast)\n"
+           "  -i, --inplace 0|1       1: in place, timed and checked that way (default 0):\n"
+           "                          sendbuf == recvbuf; allgather: sendbuf =\n"
+           "                          recvbuf + rank*count; reducescatter: recvbuf =\n"
+           "                          sendbuf + rank*count\n"
            "  -h, --help              show this help\n"
            "SIZE is bytes, with an optional K, M, G or T suffix (powers of 1024). A size is\n"
-           "rounded down to whole elements; a size below one element runs as a count-0 row.\n"
+           "rounded down to whole elements (for reducescatter and allgather to a multiple of\n"
+           "n elements); a size below that runs as a count-0 row.\n"
            "\n"
-           "Columns: size (bytes), count (elements), type, redop; time(us) = median over the\n"
-           "iterations of the slowest rank's time for each iteration; algbw = size/time;\n"
-           "busbw = algbw * 2(n-1)/n (the traffic of a ring allreduce, comparable across n);\n"
-           "#wrong = elements, over all ranks, that differ from the exact expected value\n"
-           "(including a written send buffer out of place, or bytes written past the end).\n"
+           "Columns, as in nccl-tests: size (bytes) and count (elements): for allreduce,\n"
+           "broadcast and reduce size = count elements; reducescatter: size = the whole\n"
+           "input, count = the elements each rank receives; allgather: size = the whole\n"
+           "output, count = the elements each rank sends. type; redop ('none' for allgather\n"
+           "and broadcast); time(us) = median over the iterations of the slowest rank's time\n"
+           "for each iteration; algbw = size/time; busbw = algbw * 2(n-1)/n for allreduce,\n"
+           "(n-1)/n for reducescatter and allgather, 1 for broadcast and reduce (comparable\n"
+           "across n); #wrong = elements, over all ranks, that differ from the exact\n"
+           "expected value (including a written send buffer out of place, bytes written\n"
+           "past the end, or a reduce's recvbuf written on a rank that is not the root).\n"
            "Exit status: 0 if nothing was wrong, 1 if something was or an error occurred,\n"
            "2 for bad arguments.\n",
            PERF_NAME);
@@ -191,6 +257,26 @@ static int perf_op_by_name(const char *name)
     return -1;
 }
 
+/* nccl-tests names its programs all_reduce_perf, reduce_scatter_perf...: accept those spellings
+ * too ("all_reduce", "all-gather"). */
+static enum perf_coll perf_parse_coll(const char *arg)
+{
+    char name[32];
+    size_t n = 0;
+    for (const char *p = arg; *p && n < sizeof name - 1; p++)
+        if (*p != '_' && *p != '-')
+            name[n++] = (char)tolower((unsigned char)*p);
+    name[n] = '\0';
+    for (int c = 0; c < PERF_NUM_COLLS; c++)
+        if (strcmp(name, perf_colls[c].name) == 0)
+            return (enum perf_coll)c;
+    if (strcmp(name, "alltoall") == 0 || strcmp(name, "sendrecv") == 0)
+        perf_usage_error("-C %s: not implemented in this version", arg);
+    perf_usage_error("-C: expected allreduce, reducescatter, allgather, broadcast or reduce, "
+                     "not '%s'",
+                     arg);
+}
+
 /* "all", or a comma-separated list of names; returns how many went into out[]. */
 static int perf_parse_list(const char *opt, const char *arg, int (*lookup)(const char *), int nall,
                            int *out)
@@ -232,6 +318,8 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
         {"datatype", required_argument, NULL, 'd'},
         {"op", required_argument, NULL, 'o'},
         {"inplace", required_argument, NULL, 'i'},
+        {"collective", required_argument, NULL, 'C'},
+        {"root", required_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -250,7 +338,7 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
     int list[(int)RCC_NUM_DATATYPES > (int)RCC_NUM_OPS ? (int)RCC_NUM_DATATYPES : (int)RCC_NUM_OPS];
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:i:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:i:C:r:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'b': o->minbytes = perf_parse_size("-b", optarg); break;
         case 'e': o->maxbytes = perf_parse_size("-e", optarg); break;
@@ -259,6 +347,8 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
         case 'w': o->warmup = perf_parse_int("-w", optarg, 0, PERF_MAX_ITERS); break;
         case 'c': o->check = perf_parse_int("-c", optarg, 0, 1); break;
         case 'i': o->inplace = perf_parse_int("-i", optarg, 0, 1); break;
+        case 'C': o->coll = perf_parse_coll(optarg); break;
+        case 'r': o->root = perf_parse_int("-r", optarg, 0, INT_MAX); break;
         case 'd':
             o->ndtypes = perf_parse_list("-d", optarg, perf_dtype_by_name, RCC_NUM_DATATYPES, list);
             for (int k = 0; k < o->ndtypes; k++)
@@ -453,6 +543,30 @@ static void perf_store(rcc_datatype_t dt, void *dst, int64_t v)
     }
 }
 
+/* Allgather and broadcast only copy, so any exact value will do: scrambled ones, different per
+ * rank and per element of the period, so that a block from the wrong rank or offset shows.
+ * Integers use every bit of the type; floats the exact integers of perf_exact_limit. Never the
+ * PERF_FILL bytes a skipped element would keep. */
+static int64_t perf_copy_value(rcc_datatype_t dt, int r, int j)
+{
+    uint64_t h = ((uint64_t)(uint32_t)r << 32 | (uint32_t)j) + UINT64_C(0x9e3779b97f4a7c15);
+    h = (h ^ (h >> 30)) * UINT64_C(0xbf58476d1ce4e5b9); /* splitmix64's finaliser */
+    h = (h ^ (h >> 27)) * UINT64_C(0x94d049bb133111eb);
+    h ^= h >> 31;
+    int64_t v = (int64_t)h; /* perf_store keeps the low bits of an integer type */
+    if (perf_is_float(dt)) {
+        int64_t lim = perf_exact_limit(dt);
+        v = (int64_t)(h % (uint64_t)(2 * lim + 1)) - lim;
+    }
+    size_t esz = rcc_datatype_size(dt);
+    unsigned char bytes[8], fill[8];
+    memset(fill, PERF_FILL, sizeof fill);
+    perf_store(dt, bytes, v);
+    if (memcmp(bytes, fill, esz) == 0)
+        v ^= 1; /* integers only: no float integer is all PERF_FILL bytes */
+    return v;
+}
+
 /* dst[0..count) = the period repeated. */
 static void perf_tile(char *dst, const char *period, size_t esz, size_t count)
 {
@@ -462,18 +576,34 @@ static void perf_tile(char *dst, const char *period, size_t esz, size_t count)
     }
 }
 
-/* Elements of buf[0..count) that differ, bit for bit, from the period repeated. */
-static uint64_t perf_count_wrong(const char *buf, const char *period, size_t esz, size_t count)
+/* Elements of buf[0..count) that differ, bit for bit, from the period repeated, buf[0] being
+ * element `start` of the repetition. */
+static uint64_t perf_count_wrong(const char *buf, const char *period, size_t esz, size_t count,
+                                 size_t start)
 {
     uint64_t wrong = 0;
-    for (size_t i = 0; i < count; i += PERF_PERIOD) {
-        size_t n = count - i < PERF_PERIOD ? count - i : PERF_PERIOD;
-        const char *b = buf + i * esz;
-        if (memcmp(b, period, n * esz) == 0)
-            continue;
-        for (size_t k = 0; k < n; k++)
-            wrong += memcmp(b + k * esz, period + k * esz, esz) != 0;
+    size_t j = start % PERF_PERIOD;
+    for (size_t i = 0; i < count; j = 0) {
+        size_t n = count - i < PERF_PERIOD - j ? count - i : PERF_PERIOD - j;
+        const char *b = buf + i * esz, *p = period + j * esz;
+        if (memcmp(b, p, n * esz) != 0)
+            for (size_t k = 0; k < n; k++)
+                wrong += memcmp(b + k * esz, p + k * esz, esz) != 0;
+        i += n;
     }
+    return wrong;
+}
+
+/* Elements of buf[0..count) with a byte that is not PERF_FILL: written when they should not. */
+static uint64_t perf_count_written(const char *buf, size_t esz, size_t count)
+{
+    uint64_t wrong = 0;
+    for (size_t i = 0; i < count; i++)
+        for (size_t k = 0; k < esz; k++)
+            if ((unsigned char)buf[i * esz + k] != PERF_FILL) {
+                wrong++;
+                break;
+            }
     return wrong;
 }
 
@@ -484,9 +614,47 @@ static uint64_t perf_count_wrong(const char *buf, const char *period, size_t esz
 struct perf_bufs {
     char *send, *recv;        /* maxbytes + canary, page aligned */
     char *in_period;          /* this rank's input, one period */
-    char *exp_period;         /* the expected result, one period */
+    char *exp_period;         /* the expected result, one period (allgather: of one block) */
     double *times, *maxtimes; /* per iteration: this rank's, the slowest rank's */
 };
+
+/* The buffers of one call with `count` as passed to the API (per rank for reducescatter and
+ * allgather), following NCCL's in-place conventions; *in and *out are their lengths in
+ * elements, *end where the collective's memory ends (the canary goes there). */
+struct perf_call {
+    char *send, *recv, *end;
+    size_t in, out;
+};
+
+static struct perf_call perf_call_bufs(const struct perf_bufs *b, const struct perf_opts *o,
+                                       size_t count, size_t esz)
+{
+    size_t n = (size_t)perf_nranks, me = (size_t)perf_rank;
+    struct perf_call c = {b->send, b->recv, NULL, count, count};
+    if (o->coll == PERF_REDUCESCATTER)
+        c.in = n * count;
+    if (o->coll == PERF_ALLGATHER)
+        c.out = n * count;
+    if (!o->inplace) {
+        c.end = c.recv + c.out * esz;
+        return c;
+    }
+    switch (o->coll) {
+    case PERF_REDUCESCATTER:
+        c.recv = c.send + me * count * esz;
+        c.end = c.send + c.in * esz;
+        break;
+    case PERF_ALLGATHER:
+        c.send = c.recv + me * count * esz;
+        c.end = c.recv + c.out * esz;
+        break;
+    default:
+        c.recv = c.send;
+        c.end = c.send + count * esz;
+        break;
+    }
+    return c;
+}
 
 static void *perf_alloc(size_t bytes)
 {
@@ -519,24 +687,84 @@ static double perf_median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* The checked allreduce: returns the elements this rank finds wrong. */
+/* One period of this rank's input and of the expected result, for (dtype, op). */
+static void perf_periods(struct perf_bufs *b, const struct perf_opts *o, rcc_datatype_t dt,
+                         rcc_redop_t op)
+{
+    size_t esz = rcc_datatype_size(dt);
+    for (int j = 0; j < PERF_PERIOD; j++) {
+        char *in = b->in_period + (size_t)j * esz, *exp = b->exp_period + (size_t)j * esz;
+        if (perf_colls[o->coll].has_op) {
+            perf_store(dt, in, perf_value(dt, op, perf_nranks, perf_rank, j));
+            perf_store(dt, exp, perf_expected(dt, op, perf_nranks, j));
+        } else {
+            perf_store(dt, in, perf_copy_value(dt, perf_rank, j));
+            perf_store(dt, exp, perf_copy_value(dt, o->root, j)); /* allgather: per block */
+        }
+    }
+}
+
+/* The checked collective: returns the elements this rank finds wrong. */
 static uint64_t perf_check(struct perf_bufs *b, const struct perf_opts *o, size_t count,
                            rcc_datatype_t dt, rcc_redop_t op)
 {
     size_t esz = rcc_datatype_size(dt);
-    char *out = o->inplace ? b->send : b->recv;
-    perf_tile(b->send, b->in_period, esz, count);
+    struct perf_call c = perf_call_bufs(b, o, count, esz);
+    int is_root = perf_rank == o->root;
+    if (o->inplace && o->coll == PERF_ALLGATHER)
+        memset(c.recv, PERF_FILL, c.out * esz); /* the other blocks; ours is the input */
+    if (o->inplace && o->coll == PERF_BROADCAST && !is_root)
+        memset(c.send, PERF_FILL, count * esz); /* must be overwritten */
+    else
+        perf_tile(c.send, b->in_period, esz, c.in);
     if (!o->inplace)
-        memset(b->recv, 0xa5, count * esz); /* an element the library skips must not pass */
-    memset(out + count * esz, 0x5a, PERF_CANARY_BYTES);
-    perf_allreduce(b->send, out, count, dt, op);
-    uint64_t wrong = perf_count_wrong(out, b->exp_period, esz, count);
+        memset(c.recv, PERF_FILL, c.out * esz); /* an element the library skips must not pass */
+    memset(c.end, PERF_CANARY, PERF_CANARY_BYTES);
+
+    perf_collective(o->coll, c.send, c.recv, count, dt, op, o->root);
+
+    uint64_t wrong = 0;
+    switch (o->coll) {
+    case PERF_REDUCESCATTER:
+        wrong = perf_count_wrong(c.recv, b->exp_period, esz, count, (size_t)perf_rank * count);
+        break;
+    case PERF_ALLGATHER:
+        for (int r = 0; r < perf_nranks; r++) {
+            for (int j = 0; j < PERF_PERIOD; j++)
+                perf_store(dt, b->exp_period + (size_t)j * esz, perf_copy_value(dt, r, j));
+            wrong +=
+                perf_count_wrong(c.recv + (size_t)r * count * esz, b->exp_period, esz, count, 0);
+        }
+        break;
+    case PERF_REDUCE:
+        if (is_root)
+            wrong = perf_count_wrong(c.recv, b->exp_period, esz, count, 0);
+        else if (o->inplace) /* recvbuf == sendbuf, written on the root only */
+            wrong = perf_count_wrong(c.recv, b->in_period, esz, count, 0);
+        else
+            wrong = perf_count_written(c.recv, esz, count);
+        break;
+    default: /* allreduce, broadcast */
+        wrong = perf_count_wrong(c.recv, b->exp_period, esz, count, 0);
+        break;
+    }
     if (!o->inplace) /* the send buffer is the caller's: never written out of place */
-        wrong += perf_count_wrong(b->send, b->in_period, esz, count);
+        wrong += perf_count_wrong(c.send, b->in_period, esz, c.in, 0);
     size_t bad_canary = 0;
     for (size_t k = 0; k < PERF_CANARY_BYTES; k++)
-        bad_canary += (unsigned char)out[count * esz + k] != 0x5a;
+        bad_canary += (unsigned char)c.end[k] != PERF_CANARY;
     return wrong + (bad_canary + esz - 1) / esz;
+}
+
+/* busbw from algbw: the traffic of the ring algorithm per rank, comparable across n. */
+static double perf_busbw(enum perf_coll coll, double algbw)
+{
+    switch (coll) {
+    case PERF_ALLREDUCE: return algbw * 2.0 * (perf_nranks - 1) / perf_nranks;
+    case PERF_REDUCESCATTER:
+    case PERF_ALLGATHER: return algbw * (perf_nranks - 1) / perf_nranks;
+    default: return algbw;
+    }
 }
 
 static void perf_header(const struct perf_opts *o)
@@ -545,15 +773,32 @@ static void perf_header(const struct perf_opts *o)
     rcc_get_version(&version);
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
-    printf("# %s: allreduce, %d ranks, ringcc library %d.%d.%d\n", PERF_NAME, perf_nranks,
+    char what[64];
+    if (perf_colls[o->coll].has_root)
+        snprintf(what, sizeof what, "%s, root %d", perf_colls[o->coll].name, o->root);
+    else
+        snprintf(what, sizeof what, "%s", perf_colls[o->coll].name);
+    static const char *const factor[PERF_NUM_COLLS] = {
+        [PERF_ALLREDUCE] = "algbw*2(n-1)/n",
+        [PERF_REDUCESCATTER] = "algbw*(n-1)/n",
+        [PERF_ALLGATHER] = "algbw*(n-1)/n",
+        [PERF_BROADCAST] = "algbw",
+        [PERF_REDUCE] = "algbw",
+    };
+    printf("# %s: %s, %d ranks, ringcc library %d.%d.%d\n", PERF_NAME, what, perf_nranks,
            version / 10000, version / 100 % 100, version % 100);
     printf("# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d "
            "validation: %d mode: %s\n",
            o->minbytes, o->maxbytes, o->factor, o->warmup, o->iters, o->check,
            o->inplace ? "in-place" : "out-of-place");
     printf("# time: median over the iters of each iteration's slowest rank (RCC_MAX of the\n"
-           "#   per-rank CLOCK_MONOTONIC times); algbw = size/time; busbw = algbw*2(n-1)/n;\n"
-           "#   #wrong: elements differing from the exact result, all ranks, checked untimed\n");
+           "#   per-rank CLOCK_MONOTONIC times); algbw = size/time; busbw = %s;\n"
+           "#   #wrong: elements differing from the exact result, all ranks, checked untimed\n",
+           factor[o->coll]);
+    if (o->coll == PERF_REDUCESCATTER)
+        printf("#   size: the whole input (n*count elements); count: elements per rank out\n");
+    if (o->coll == PERF_ALLGATHER)
+        printf("#   size: the whole output (n*count elements); count: elements per rank in\n");
     printf("# rank 0: pid %d on %s\n#\n", (int)getpid(), host);
     printf("# %10s  %12s  %8s  %6s  %10s  %11s  %11s  %8s\n", "size", "count", "type", "redop",
            "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -575,6 +820,8 @@ int main(int argc, char **argv)
         perf_fail("rcc_comm_rank", rc);
     if ((rc = rcc_comm_size(perf_comm, &perf_nranks)) != RCC_SUCCESS)
         perf_fail("rcc_comm_size", rc);
+    if (perf_colls[o.coll].has_root && o.root >= perf_nranks)
+        perf_usage_error("-r %d: the root must be a rank, 0 to %d", o.root, perf_nranks - 1);
 
     struct perf_bufs b;
     b.send = perf_alloc(o.maxbytes + PERF_CANARY_BYTES);
@@ -587,53 +834,50 @@ int main(int argc, char **argv)
     if (perf_rank == 0)
         perf_header(&o);
 
+    const int has_op = perf_colls[o.coll].has_op;
+    const size_t blocks = perf_colls[o.coll].blocks ? (size_t)perf_nranks : 1;
     uint64_t total_wrong = 0;
     double bw_sum = 0;
     int bw_rows = 0;
     for (int di = 0; di < o.ndtypes; di++) {
         rcc_datatype_t dt = o.dtypes[di];
         size_t esz = rcc_datatype_size(dt);
-        for (int oi = 0; oi < o.nops; oi++) {
-            rcc_redop_t op = o.ops[oi];
-            for (int j = 0; j < PERF_PERIOD; j++) {
-                perf_store(dt, b.in_period + (size_t)j * esz,
-                           perf_value(dt, op, perf_nranks, perf_rank, j));
-                perf_store(dt, b.exp_period + (size_t)j * esz,
-                           perf_expected(dt, op, perf_nranks, j));
-            }
+        for (int oi = 0; oi < (has_op ? o.nops : 1); oi++) {
+            rcc_redop_t op = has_op ? o.ops[oi] : RCC_SUM; /* not passed without has_op */
+            perf_periods(&b, &o, dt, op);
             for (size_t size = o.minbytes; size <= o.maxbytes;) {
-                size_t count = size / esz;
+                size_t count = size / esz / blocks; /* as passed to the API */
+                size_t bytes = count * blocks * esz;
                 uint64_t wrong = 0;
+                struct perf_call c = perf_call_bufs(&b, &o, count, esz);
                 if (o.check) {
                     uint64_t mine = perf_check(&b, &o, count, dt, op);
                     perf_allreduce(&mine, &wrong, 1, RCC_UINT64, RCC_SUM);
                     total_wrong += wrong;
                 } else {
-                    perf_tile(b.send, b.in_period, esz, count); /* realistic data all the same */
+                    perf_tile(c.send, b.in_period, esz, c.in); /* realistic data all the same */
                 }
-                void *out = o.inplace ? b.send : b.recv;
                 for (int k = 0; k < o.warmup; k++)
-                    perf_allreduce(b.send, out, count, dt, op);
+                    perf_collective(o.coll, c.send, c.recv, count, dt, op, o.root);
                 for (int k = 0; k < o.iters; k++) {
                     double t0 = perf_now();
-                    perf_allreduce(b.send, out, count, dt, op);
+                    perf_collective(o.coll, c.send, c.recv, count, dt, op, o.root);
                     b.times[k] = perf_now() - t0;
                 }
                 perf_allreduce(b.times, b.maxtimes, (size_t)o.iters, RCC_FLOAT64, RCC_MAX);
 
                 if (perf_rank == 0) {
                     double t = perf_median(b.maxtimes, o.iters);
-                    double bytes = (double)(count * esz);
-                    double algbw = t > 0 ? bytes / t / 1e9 : 0;
-                    double busbw = algbw * 2.0 * (perf_nranks - 1) / perf_nranks;
+                    double algbw = t > 0 ? (double)bytes / t / 1e9 : 0;
+                    double busbw = perf_busbw(o.coll, algbw);
                     char wbuf[32];
                     if (o.check)
                         snprintf(wbuf, sizeof wbuf, "%" PRIu64, wrong);
                     else
                         snprintf(wbuf, sizeof wbuf, "N/A");
-                    printf("  %10zu  %12zu  %8s  %6s  %10.2f  %11.3f  %11.3f  %8s\n", count * esz,
-                           count, rcc_datatype_name(dt), rcc_redop_name(op), t * 1e6, algbw, busbw,
-                           wbuf);
+                    printf("  %10zu  %12zu  %8s  %6s  %10.2f  %11.3f  %11.3f  %8s\n", bytes, count,
+                           rcc_datatype_name(dt), has_op ? rcc_redop_name(op) : "none", t * 1e6,
+                           algbw, busbw, wbuf);
                     fflush(stdout);
                     if (count > 0) { /* no-op rows would drag the average to 0 */
                         bw_sum += busbw;
@@ -656,6 +900,10 @@ int main(int argc, char **argv)
         printf("# Avg bus bandwidth    : %g\n#\n", bw_rows ? bw_sum / bw_rows : 0.0);
         fflush(stdout);
     }
+    /* Keep every rank until rank 0 has printed: a rank exiting 1 early makes ringcc-run stop
+     * the others, which could lose the summary above. */
+    uint64_t done = 0, all_done;
+    perf_allreduce(&done, &all_done, 1, RCC_UINT64, RCC_SUM);
     free(b.send);
     free(b.recv);
     free(b.in_period);

@@ -45,7 +45,8 @@ static rcc_result_t pipe_fail(struct rcc_comm *comm, rcci_exec_t *x, rcc_result_
     int rank = is_send ? comm->send_link.peer : comm->recv_link.peer;
     rcci_bootstrap_peer_name(comm->bootstrap, rank, peer, sizeof peer);
     const rcci_op_t *op = x->op;
-    size_t nchunks = x->sched.ring.nchunks ? x->sched.ring.nchunks : 1;
+    size_t nchunks = x->sched.ring.nchunks ? x->sched.ring.nchunks : x->sched.nchunks;
+    nchunks = nchunks ? nchunks : 1;
     rcci_error_prefix(
         "%s #%u (%s %s, count %zu, root %d) step %zu chunk %zu, %s %s: ", rcci_coll_name(op->coll),
         op->seq, rcc_datatype_name(op->dtype), rcc_redop_name(op->redop), op->count, op->root,

@@ -11,6 +11,7 @@
 #include "../check_main.h"
 
 #include "coll/ring.h"
+#include "coll/schedule.h"
 
 START_TEST(segments_tile_the_buffer)
 {
@@ -167,6 +168,151 @@ START_TEST(simulated_ring_reduces_correctly)
 }
 END_TEST
 
+/* ---- every schedule, simulated with bounded FIFOs --------------------------------
+ *
+ * Each rank runs the pipeline's rules exactly: receives and sends retire in
+ * order, at most `slots` of each in flight, a send waits for its `dep`, a
+ * reduction waits for its `guard`. The FIFO between two ranks holds at most
+ * `slots` messages (a receiver only takes what it has posted), so a
+ * schedule that could deadlock on a rendezvous transport deadlocks here. */
+
+#define SIM_SLOTS 3
+
+typedef struct {
+    int64_t *msg[SIM_SLOTS];
+    size_t count[SIM_SLOTS];
+    size_t head, tail;
+} sim_fifo_t;
+
+static void sim_collective(rcci_coll_t coll, int n, size_t count, size_t ce, int root, int inplace,
+                           unsigned seed)
+{
+    size_t total =
+        coll == RCCI_COLL_ALLREDUCE || coll == RCCI_COLL_BROADCAST || coll == RCCI_COLL_REDUCE
+            ? count
+            : count * (size_t)n;
+    rcci_schedule_t sc[8];
+    int64_t *in[8], *out[8], *stage[8], *scratch[8];
+    sim_fifo_t fifo[8];
+    size_t sent[8] = {0}, recvd[8] = {0};
+    memset(fifo, 0, sizeof fifo);
+    for (int r = 0; r < n; r++) {
+        in[r] = calloc(total + 1, sizeof(int64_t));
+        out[r] = calloc(total + 1, sizeof(int64_t));
+        stage[r] = calloc(SIM_SLOTS * ce + 1, sizeof(int64_t));
+        scratch[r] = calloc(2 * count + 1, sizeof(int64_t));
+        for (size_t i = 0; i < total; i++)
+            in[r][i] = (int64_t)(i * 31 + (size_t)r * 1000003 + 7);
+        const int64_t *send = in[r];
+        int64_t *recv = out[r];
+        if (inplace) { /* NCCL's in-place layouts */
+            if (coll == RCCI_COLL_REDUCE_SCATTER)
+                recv = in[r] + (size_t)r * count;
+            else if (coll == RCCI_COLL_ALLGATHER) {
+                for (size_t i = 0; i < count; i++)
+                    out[r][(size_t)r * count + i] = in[r][i];
+                send = out[r] + (size_t)r * count;
+            } else
+                recv = in[r];
+        }
+        sc[r] = (rcci_schedule_t){.coll = coll,
+                                  .rank = r,
+                                  .nranks = n,
+                                  .root = root,
+                                  .count = count,
+                                  .esize = sizeof(int64_t),
+                                  .redop = RCC_SUM,
+                                  .sendbuf = (const char *)send,
+                                  .recvbuf = (char *)recv,
+                                  .scratch = (char *)scratch[r],
+                                  .stage = (char *)stage[r],
+                                  .slots = SIM_SLOTS,
+                                  .chunk_elems = ce};
+        rcci_schedule_init(&sc[r]);
+        rcci_schedule_local(&sc[r]);
+    }
+    srand(seed);
+    for (long spins = 0;; spins++) {
+        int busy = 0;
+        for (int r = 0; r < n; r++)
+            busy |= sent[r] < sc[r].nsend || recvd[r] < sc[r].nrecv;
+        if (!busy)
+            break;
+        ck_assert_msg(spins < 10000000, "%s n=%d count=%zu: deadlock", rcci_coll_name(coll), n,
+                      count);
+        int r = rand() % n;
+        if (rand() & 1) {
+            rcci_send_step_t st;
+            if (sent[r] >= sc[r].nsend)
+                continue;
+            rcci_schedule_send(&sc[r], sent[r], &st);
+            sim_fifo_t *f = &fifo[r];
+            if ((st.dep >= 0 && (size_t)st.dep >= recvd[r]) || f->tail - f->head == SIM_SLOTS)
+                continue;
+            int64_t *m = malloc((st.count + 1) * sizeof *m);
+            memcpy(m, st.src, st.count * sizeof *m);
+            f->msg[f->tail % SIM_SLOTS] = m;
+            f->count[f->tail % SIM_SLOTS] = st.count;
+            f->tail++;
+            sent[r]++;
+        } else {
+            rcci_recv_step_t st;
+            sim_fifo_t *f = &fifo[(r + n - 1) % n];
+            if (recvd[r] >= sc[r].nrecv || f->head == f->tail)
+                continue;
+            rcci_schedule_recv(&sc[r], recvd[r], &st);
+            if (st.guard >= 0 && (size_t)st.guard >= sent[r])
+                continue;
+            int64_t *m = f->msg[f->head % SIM_SLOTS];
+            ck_assert_uint_eq(f->count[f->head % SIM_SLOTS], st.count);
+            f->head++;
+            for (size_t i = 0; i < st.count; i++) {
+                if (st.local)
+                    ((int64_t *)st.out)[i] = ((const int64_t *)st.local)[i] + m[i];
+                else
+                    ((int64_t *)st.dst)[i] = m[i];
+            }
+            free(m);
+            recvd[r]++;
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        const int64_t *res = (const int64_t *)sc[r].recvbuf;
+        for (size_t i = 0; i < count && coll != RCCI_COLL_ALLGATHER; i++) {
+            size_t g = coll == RCCI_COLL_REDUCE_SCATTER ? (size_t)r * count + i : i;
+            int64_t sum = 0;
+            for (int q = 0; q < n; q++)
+                sum += (int64_t)(g * 31 + (size_t)q * 1000003 + 7);
+            int64_t expect =
+                coll == RCCI_COLL_BROADCAST ? (int64_t)(g * 31 + (size_t)root * 1000003 + 7) : sum;
+            if (coll == RCCI_COLL_REDUCE && r != root)
+                break;
+            ck_assert_msg(res[i] == expect,
+                          "%s n=%d count=%zu ce=%zu root=%d inplace=%d rank %d [%zu]",
+                          rcci_coll_name(coll), n, count, ce, root, inplace, r, i);
+        }
+        for (size_t i = 0; coll == RCCI_COLL_ALLGATHER && i < total; i++)
+            ck_assert_msg(res[i] == (int64_t)((i % count) * 31 + (i / count) * 1000003 + 7),
+                          "allgather n=%d count=%zu rank %d [%zu]", n, count, r, i);
+        free(in[r]), free(out[r]), free(stage[r]), free(scratch[r]);
+    }
+}
+
+START_TEST(every_schedule_simulated)
+{
+    static const rcci_coll_t colls[] = {RCCI_COLL_ALLREDUCE, RCCI_COLL_REDUCE_SCATTER,
+                                        RCCI_COLL_ALLGATHER, RCCI_COLL_BROADCAST, RCCI_COLL_REDUCE};
+    static const size_t counts[] = {1, 2, 5, 13, 64, 101};
+    for (size_t c = 0; c < sizeof colls / sizeof colls[0]; c++)
+        for (int n = 1; n <= 6; n++)
+            for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+                for (size_t ce = 1; ce <= 9; ce += 4)
+                    for (int inplace = 0; inplace < 2; inplace++)
+                        sim_collective(colls[c], n, counts[k], ce, (int)(k % (size_t)n), inplace,
+                                       (unsigned)(c * 7919 + (size_t)n * 131 + k * 17 + ce));
+}
+END_TEST
+
 static Suite *ring_suite(void)
 {
     Suite *s = suite_create("ring_schedule");
@@ -175,6 +321,7 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, huge_counts_do_not_overflow);
     tcase_add_test(tc, edges_agree);
     tcase_add_test(tc, simulated_ring_reduces_correctly);
+    tcase_add_test(tc, every_schedule_simulated);
     suite_add_tcase(s, tc);
     return s;
 }
