@@ -1,6 +1,7 @@
 /*
  * ringcc-perf — collective bandwidth and correctness, in the style of nccl-tests' all_reduce_perf,
- * reduce_scatter_perf, all_gather_perf, broadcast_perf and reduce_perf (-C picks one).
+ * reduce_scatter_perf, all_gather_perf, broadcast_perf, reduce_perf, alltoall_perf and
+ * sendrecv_perf (-C picks one).
  *
  *   ringcc-run -n 4 ringcc-perf -b 8 -e 128M -f 2
  *   ringcc-run -n 4 ringcc-perf -C allgather -b 8 -e 128M -f 2
@@ -15,15 +16,20 @@
  * Checking: the inputs are small integers chosen per dtype, op and rank count so that the exact
  * result is representable in every dtype (fp16 and bf16 included) whatever order the library
  * reduces in; results are compared bit for bit against values computed here. The pattern has a
- * prime period (PERF_PERIOD elements), so a chunk written to the wrong offset shows. Allgather
- * and broadcast only move data, so their inputs are scrambled exact values, different per rank.
+ * prime period (PERF_PERIOD elements), so a chunk written to the wrong offset shows. Allgather,
+ * broadcast, alltoall and sendrecv only move data, so their inputs are scrambled exact values,
+ * different per rank (for alltoall, per sender and destination block).
  *
  * Sizes follow nccl-tests: for allreduce, broadcast and reduce, size = count elements; for
  * reducescatter size is the whole input and count the per-rank output (nranks * count elements
  * in), for allgather size is the whole output and count the per-rank input; so there a size is
- * rounded down to a multiple of nranks elements. In place (-i 1) follows NCCL: allgather sends
- * from recvbuf + rank * count, reducescatter receives into sendbuf + rank * count, the others
- * pass sendbuf == recvbuf.
+ * rounded down to a multiple of nranks elements. Alltoall as alltoall_perf: size is the whole
+ * input (and output) of a rank, count the elements sent to each peer. Sendrecv as sendrecv_perf:
+ * each rank sends count elements to rank+1 and receives as many from rank-1, in one group; size =
+ * count elements. In place (-i 1) follows NCCL: allgather sends from recvbuf + rank * count,
+ * reducescatter receives into sendbuf + rank * count, the others pass sendbuf == recvbuf;
+ * alltoall is never in place in ringcc, and a sendrecv whose send and receive share a buffer has
+ * no defined result, so -i 1 is refused for both.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -59,6 +65,8 @@ enum perf_coll {
     PERF_ALLGATHER,
     PERF_BROADCAST,
     PERF_REDUCE,
+    PERF_ALLTOALL,
+    PERF_SENDRECV,
     PERF_NUM_COLLS
 };
 
@@ -66,11 +74,12 @@ static const struct {
     const char *name;
     int has_op;   /* reduces: -o applies, redop column names it */
     int has_root; /* -r applies */
-    int blocks;   /* the count is per rank: the buffers hold nranks blocks of it */
+    int blocks;   /* the count is per rank (per peer for alltoall): nranks blocks of it */
 } perf_colls[PERF_NUM_COLLS] = {
     [PERF_ALLREDUCE] = {"allreduce", 1, 0, 0}, [PERF_REDUCESCATTER] = {"reducescatter", 1, 0, 1},
     [PERF_ALLGATHER] = {"allgather", 0, 0, 1}, [PERF_BROADCAST] = {"broadcast", 0, 1, 0},
-    [PERF_REDUCE] = {"reduce", 1, 1, 0},
+    [PERF_REDUCE] = {"reduce", 1, 1, 0},       [PERF_ALLTOALL] = {"alltoall", 0, 0, 1},
+    [PERF_SENDRECV] = {"sendrecv", 0, 0, 0},
 };
 
 struct perf_opts {
@@ -143,6 +152,21 @@ static void perf_collective(enum perf_coll coll, const void *send, void *recv, s
     case PERF_ALLGATHER: rc = rcc_allgather(send, recv, count, dt, perf_comm); break;
     case PERF_BROADCAST: rc = rcc_broadcast(send, recv, count, dt, root, perf_comm); break;
     case PERF_REDUCE: rc = rcc_reduce(send, recv, count, dt, op, root, perf_comm); break;
+    case PERF_ALLTOALL: rc = rcc_alltoall(send, recv, count, dt, perf_comm); break;
+    case PERF_SENDRECV: {
+        /* As sendrecv_perf: to rank+1, from rank-1, in one group so neither waits on the other
+         * (with one rank, to and from itself). */
+        int to = (perf_rank + 1) % perf_nranks, from = (perf_rank - 1 + perf_nranks) % perf_nranks;
+        if ((rc = rcc_group_start()) != RCC_SUCCESS)
+            perf_fail("rcc_group_start", rc);
+        if ((rc = rcc_send(send, count, dt, to, perf_comm)) != RCC_SUCCESS)
+            perf_fail("sendrecv: rcc_send", rc);
+        if ((rc = rcc_recv(recv, count, dt, from, perf_comm)) != RCC_SUCCESS)
+            perf_fail("sendrecv: rcc_recv", rc);
+        if ((rc = rcc_group_end()) != RCC_SUCCESS)
+            perf_fail("sendrecv: rcc_group_end", rc);
+        return;
+    }
     default: break;
     }
     if (rc != RCC_SUCCESS)
@@ -157,7 +181,8 @@ static void perf_help(void)
            "Measure a collective's time and bandwidth over a range of sizes; check results.\n"
            "\n"
            "  -C, --collective NAME   allreduce (default), reducescatter, allgather,\n"
-           "                          broadcast or reduce\n"
+           "                          broadcast, reduce, alltoall or sendrecv (to rank+1,\n"
+           "                          from rank-1, in one group)\n"
            "  -r, --root N            root rank of broadcast and reduce (default 0)\n"
            "  -b, --minbytes SIZE     smallest size (default 32M)\n"
            "  -e, --maxbytes SIZE     largest size (default 32M)\n"
@@ -171,24 +196,27 @@ static void perf_help(void)
            "                          int8 uint8 int32 uint32 int64 uint64 float16 float32\n"
            "                          float64 bfloat16 (also half float double bf16 fp16...)\n"
            "  -o, --op OP             sum prod max min avg, a comma-separated list, or 'all'\n"
-           "                          (default sum; ignored by allgather and broadcast)\n"
+           "                          (default sum; ignored by allgather, broadcast,\n"
+           "                          alltoall and sendrecv)\n"
            "  -i, --inplace 0|1       1: in place, timed and checked that way (default 0):\n"
            "                          sendbuf == recvbuf; allgather: sendbuf =\n"
            "                          recvbuf + rank*count; reducescatter: recvbuf =\n"
-           "                          sendbuf + rank*count\n"
+           "                          sendbuf + rank*count; not for alltoall and sendrecv\n"
            "  -h, --help              show this help\n"
            "SIZE is bytes, with an optional K, M, G or T suffix (powers of 1024). A size is\n"
-           "rounded down to whole elements (for reducescatter and allgather to a multiple of\n"
-           "n elements); a size below that runs as a count-0 row.\n"
+           "rounded down to whole elements (for reducescatter, allgather and alltoall to a\n"
+           "multiple of n elements); a size below that runs as a count-0 row.\n"
            "\n"
            "Columns, as in nccl-tests: size (bytes) and count (elements): for allreduce,\n"
-           "broadcast and reduce size = count elements; reducescatter: size = the whole\n"
-           "input, count = the elements each rank receives; allgather: size = the whole\n"
-           "output, count = the elements each rank sends. type; redop ('none' for allgather\n"
-           "and broadcast); time(us) = median over the iterations of the slowest rank's time\n"
-           "for each iteration; algbw = size/time; busbw = algbw * 2(n-1)/n for allreduce,\n"
-           "(n-1)/n for reducescatter and allgather, 1 for broadcast and reduce (comparable\n"
-           "across n); #wrong = elements, over all ranks, that differ from the exact\n"
+           "broadcast, reduce and sendrecv size = count elements; reducescatter: size = the\n"
+           "whole input, count = the elements each rank receives; allgather: size = the\n"
+           "whole output, count = the elements each rank sends; alltoall: size = the whole\n"
+           "input of a rank, count = the elements it sends to each rank. type; redop ('none'\n"
+           "for allgather, broadcast, alltoall and sendrecv); time(us) = median over the\n"
+           "iterations of the slowest rank's time for each iteration; algbw = size/time;\n"
+           "busbw = algbw * 2(n-1)/n for allreduce, (n-1)/n for reducescatter, allgather\n"
+           "and alltoall, 1 for broadcast, reduce and sendrecv (comparable across n);\n"
+           "#wrong = elements, over all ranks, that differ from the exact\n"
            "expected value (including a written send buffer out of place, bytes written\n"
            "past the end, or a reduce's recvbuf written on a rank that is not the root).\n"
            "Exit status: 0 if nothing was wrong, 1 if something was or an error occurred,\n"
@@ -270,10 +298,8 @@ static enum perf_coll perf_parse_coll(const char *arg)
     for (int c = 0; c < PERF_NUM_COLLS; c++)
         if (strcmp(name, perf_colls[c].name) == 0)
             return (enum perf_coll)c;
-    if (strcmp(name, "alltoall") == 0 || strcmp(name, "sendrecv") == 0)
-        perf_usage_error("-C %s: not implemented in this version", arg);
-    perf_usage_error("-C: expected allreduce, reducescatter, allgather, broadcast or reduce, "
-                     "not '%s'",
+    perf_usage_error("-C: expected allreduce, reducescatter, allgather, broadcast, reduce, "
+                     "alltoall or sendrecv, not '%s'",
                      arg);
 }
 
@@ -371,6 +397,12 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
         perf_usage_error("unexpected argument '%s'", argv[optind]);
     if (o->minbytes > o->maxbytes)
         perf_usage_error("-b (%zu bytes) is larger than -e (%zu bytes)", o->minbytes, o->maxbytes);
+    if (o->inplace && o->coll == PERF_ALLTOALL)
+        perf_usage_error("-i 1: alltoall is not in place in ringcc (sendbuf and recvbuf must not "
+                         "overlap); use -i 0");
+    if (o->inplace && o->coll == PERF_SENDRECV)
+        perf_usage_error("-i 1: a sendrecv that receives into the buffer it sends from has no "
+                         "defined result; use -i 0");
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -543,8 +575,9 @@ static void perf_store(rcc_datatype_t dt, void *dst, int64_t v)
     }
 }
 
-/* Allgather and broadcast only copy, so any exact value will do: scrambled ones, different per
- * rank and per element of the period, so that a block from the wrong rank or offset shows.
+/* Allgather, broadcast, alltoall and sendrecv only copy, so any exact value will do: scrambled
+ * ones, different per key (the rank; for alltoall, the sender and the destination block, see
+ * perf_a2a_key) and per element of the period, so that a block from the wrong rank or offset shows.
  * Integers use every bit of the type; floats the exact integers of perf_exact_limit. Never the
  * PERF_FILL bytes a skipped element would keep. */
 static int64_t perf_copy_value(rcc_datatype_t dt, int r, int j)
@@ -565,6 +598,17 @@ static int64_t perf_copy_value(rcc_datatype_t dt, int r, int j)
     if (memcmp(bytes, fill, esz) == 0)
         v ^= 1; /* integers only: no float integer is all PERF_FILL bytes */
     return v;
+}
+
+/* Alltoall: the key of the block that rank `from` sends to rank `to`. */
+static int perf_a2a_key(int from, int to) { return from * perf_nranks + to; }
+
+/* period[0..PERF_PERIOD) = perf_copy_value(dt, key, j). */
+static void perf_copy_period(char *period, rcc_datatype_t dt, int key)
+{
+    size_t esz = rcc_datatype_size(dt);
+    for (int j = 0; j < PERF_PERIOD; j++)
+        perf_store(dt, period + (size_t)j * esz, perf_copy_value(dt, key, j));
 }
 
 /* dst[0..count) = the period repeated. */
@@ -613,16 +657,17 @@ static uint64_t perf_count_written(const char *buf, size_t esz, size_t count)
 
 struct perf_bufs {
     char *send, *recv;        /* maxbytes + canary, page aligned */
-    char *in_period;          /* this rank's input, one period */
-    char *exp_period;         /* the expected result, one period (allgather: of one block) */
+    char *in_period;          /* this rank's input, one period (alltoall: scratch) */
+    char *exp_period;         /* the expected result, one period (allgather, alltoall: scratch) */
     double *times, *maxtimes; /* per iteration: this rank's, the slowest rank's */
 };
 
 /* The buffers of one call with `count` as passed to the API (per rank for reducescatter and
- * allgather), following NCCL's in-place conventions; *in and *out are their lengths in
- * elements, *end where the collective's memory ends (the canary goes there). */
+ * allgather, per peer for alltoall), following NCCL's in-place conventions; *in and *out are
+ * their lengths in elements, *end where the collective's memory ends (the canary goes there),
+ * *send_end where the send buffer ends out of place (another canary; NULL in place). */
 struct perf_call {
-    char *send, *recv, *end;
+    char *send, *recv, *end, *send_end;
     size_t in, out;
 };
 
@@ -630,13 +675,14 @@ static struct perf_call perf_call_bufs(const struct perf_bufs *b, const struct p
                                        size_t count, size_t esz)
 {
     size_t n = (size_t)perf_nranks, me = (size_t)perf_rank;
-    struct perf_call c = {b->send, b->recv, NULL, count, count};
-    if (o->coll == PERF_REDUCESCATTER)
+    struct perf_call c = {b->send, b->recv, NULL, NULL, count, count};
+    if (o->coll == PERF_REDUCESCATTER || o->coll == PERF_ALLTOALL)
         c.in = n * count;
-    if (o->coll == PERF_ALLGATHER)
+    if (o->coll == PERF_ALLGATHER || o->coll == PERF_ALLTOALL)
         c.out = n * count;
     if (!o->inplace) {
         c.end = c.recv + c.out * esz;
+        c.send_end = c.send + c.in * esz;
         return c;
     }
     switch (o->coll) {
@@ -697,9 +743,11 @@ static void perf_periods(struct perf_bufs *b, const struct perf_opts *o, rcc_dat
         if (perf_colls[o->coll].has_op) {
             perf_store(dt, in, perf_value(dt, op, perf_nranks, perf_rank, j));
             perf_store(dt, exp, perf_expected(dt, op, perf_nranks, j));
-        } else {
+        } else { /* broadcast: from the root; sendrecv: from rank-1; others: per block */
+            int from =
+                o->coll == PERF_SENDRECV ? (perf_rank + perf_nranks - 1) % perf_nranks : o->root;
             perf_store(dt, in, perf_copy_value(dt, perf_rank, j));
-            perf_store(dt, exp, perf_copy_value(dt, o->root, j)); /* allgather: per block */
+            perf_store(dt, exp, perf_copy_value(dt, from, j));
         }
     }
 }
@@ -713,12 +761,20 @@ static uint64_t perf_check(struct perf_bufs *b, const struct perf_opts *o, size_
     int is_root = perf_rank == o->root;
     if (o->inplace && o->coll == PERF_ALLGATHER)
         memset(c.recv, PERF_FILL, c.out * esz); /* the other blocks; ours is the input */
-    if (o->inplace && o->coll == PERF_BROADCAST && !is_root)
+    if (o->inplace && o->coll == PERF_BROADCAST && !is_root) {
         memset(c.send, PERF_FILL, count * esz); /* must be overwritten */
-    else
+    } else if (o->coll == PERF_ALLTOALL) {
+        for (int p = 0; p < perf_nranks; p++) { /* block p, for rank p */
+            perf_copy_period(b->in_period, dt, perf_a2a_key(perf_rank, p));
+            perf_tile(c.send + (size_t)p * count * esz, b->in_period, esz, count);
+        }
+    } else {
         perf_tile(c.send, b->in_period, esz, c.in);
-    if (!o->inplace)
+    }
+    if (!o->inplace) {
         memset(c.recv, PERF_FILL, c.out * esz); /* an element the library skips must not pass */
+        memset(c.send_end, PERF_CANARY, PERF_CANARY_BYTES);
+    }
     memset(c.end, PERF_CANARY, PERF_CANARY_BYTES);
 
     perf_collective(o->coll, c.send, c.recv, count, dt, op, o->root);
@@ -744,15 +800,33 @@ static uint64_t perf_check(struct perf_bufs *b, const struct perf_opts *o, size_
         else
             wrong = perf_count_written(c.recv, esz, count);
         break;
-    default: /* allreduce, broadcast */
+    case PERF_ALLTOALL: /* block p: what rank p sent to this rank */
+        for (int p = 0; p < perf_nranks; p++) {
+            perf_copy_period(b->exp_period, dt, perf_a2a_key(p, perf_rank));
+            wrong +=
+                perf_count_wrong(c.recv + (size_t)p * count * esz, b->exp_period, esz, count, 0);
+        }
+        break;
+    default: /* allreduce, broadcast, sendrecv */
         wrong = perf_count_wrong(c.recv, b->exp_period, esz, count, 0);
         break;
     }
-    if (!o->inplace) /* the send buffer is the caller's: never written out of place */
-        wrong += perf_count_wrong(c.send, b->in_period, esz, c.in, 0);
     size_t bad_canary = 0;
     for (size_t k = 0; k < PERF_CANARY_BYTES; k++)
         bad_canary += (unsigned char)c.end[k] != PERF_CANARY;
+    if (!o->inplace) { /* the send buffer is the caller's: never written out of place */
+        if (o->coll == PERF_ALLTOALL) {
+            for (int p = 0; p < perf_nranks; p++) {
+                perf_copy_period(b->in_period, dt, perf_a2a_key(perf_rank, p));
+                wrong +=
+                    perf_count_wrong(c.send + (size_t)p * count * esz, b->in_period, esz, count, 0);
+            }
+        } else {
+            wrong += perf_count_wrong(c.send, b->in_period, esz, c.in, 0);
+        }
+        for (size_t k = 0; k < PERF_CANARY_BYTES; k++)
+            bad_canary += (unsigned char)c.send_end[k] != PERF_CANARY;
+    }
     return wrong + (bad_canary + esz - 1) / esz;
 }
 
@@ -762,7 +836,8 @@ static double perf_busbw(enum perf_coll coll, double algbw)
     switch (coll) {
     case PERF_ALLREDUCE: return algbw * 2.0 * (perf_nranks - 1) / perf_nranks;
     case PERF_REDUCESCATTER:
-    case PERF_ALLGATHER: return algbw * (perf_nranks - 1) / perf_nranks;
+    case PERF_ALLGATHER:
+    case PERF_ALLTOALL: return algbw * (perf_nranks - 1) / perf_nranks;
     default: return algbw;
     }
 }
@@ -784,6 +859,8 @@ static void perf_header(const struct perf_opts *o)
         [PERF_ALLGATHER] = "algbw*(n-1)/n",
         [PERF_BROADCAST] = "algbw",
         [PERF_REDUCE] = "algbw",
+        [PERF_ALLTOALL] = "algbw*(n-1)/n",
+        [PERF_SENDRECV] = "algbw",
     };
     printf("# %s: %s, %d ranks, ringcc library %d.%d.%d\n", PERF_NAME, what, perf_nranks,
            version / 10000, version / 100 % 100, version % 100);
@@ -799,6 +876,10 @@ static void perf_header(const struct perf_opts *o)
         printf("#   size: the whole input (n*count elements); count: elements per rank out\n");
     if (o->coll == PERF_ALLGATHER)
         printf("#   size: the whole output (n*count elements); count: elements per rank in\n");
+    if (o->coll == PERF_ALLTOALL)
+        printf("#   size: a rank's whole input (n*count elements); count: elements per peer\n");
+    if (o->coll == PERF_SENDRECV)
+        printf("#   each rank sends count elements to rank+1, receives from rank-1 (one group)\n");
     printf("# rank 0: pid %d on %s\n#\n", (int)getpid(), host);
     printf("# %10s  %12s  %8s  %6s  %10s  %11s  %11s  %8s\n", "size", "count", "type", "redop",
            "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
