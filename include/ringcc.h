@@ -325,7 +325,8 @@ RCC_API rcc_result_t rcc_ialltoall(const void *sendbuf, void *recvbuf, size_t co
  * waited for before the group ends). Groups nest; only the outermost end
  * launches. Buffers of every call must stay valid until it completes.
  * Errors: rcc_group_end without a start is RCC_ERR_INVALID_USAGE; otherwise
- * the first failure among the group's blocking operations. */
+ * the first failure among the group's blocking operations, with its detail
+ * in rcc_last_error(NULL) (a group may span communicators). */
 RCC_API rcc_result_t rcc_group_start(void);
 RCC_API rcc_result_t rcc_group_end(void);
 

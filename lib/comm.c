@@ -244,7 +244,10 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     p2p->in = calloc((size_t)comm->nranks, sizeof *p2p->in);
     p2p->out_seq = calloc((size_t)comm->nranks, sizeof *p2p->out_seq);
     p2p->in_seq = calloc((size_t)comm->nranks, sizeof *p2p->in_seq);
-    if (!p2p->out || !p2p->in || !p2p->out_seq || !p2p->in_seq)
+    p2p->out_posted = calloc((size_t)comm->nranks, sizeof *p2p->out_posted);
+    p2p->in_posted = calloc((size_t)comm->nranks, sizeof *p2p->in_posted);
+    if (!p2p->out || !p2p->in || !p2p->out_seq || !p2p->in_seq || !p2p->out_posted ||
+        !p2p->in_posted)
         RCC_FAIL(RCC_ERR_NO_MEMORY, "point-to-point tables for %d ranks", comm->nranks);
     p2p->listener = listener;
     listener = NULL;
@@ -272,6 +275,8 @@ static void comm_free(struct rcc_comm *comm)
     free(comm->p2p.in);
     free(comm->p2p.out_seq);
     free(comm->p2p.in_seq);
+    free(comm->p2p.out_posted);
+    free(comm->p2p.in_posted);
     rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
     for (int i = 0; i < 2; i++)
         if (links[i]->conn)

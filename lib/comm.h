@@ -66,7 +66,8 @@ typedef struct {
     rcci_listener_t *listener;
     char *handles; /* every rank's listener handle, RCCI_HANDLE_BYTES each */
     rcci_conn_t **out, **in;
-    uint32_t *out_seq, *in_seq;
+    uint32_t *out_seq, *in_seq;       /* messages numbered so far */
+    uint32_t *out_posted, *in_posted; /* messages handed to the transport so far */
 } rcci_p2p_links_t;
 
 /* One ring edge: the connection and the transport that runs it. */

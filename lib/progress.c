@@ -119,10 +119,9 @@ static void exec_finish(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec)
 }
 
 /* Operations running now. Collectives run one at a time, in call order;
- * point-to-point operations that follow each other in the queue run
- * together (an irecv and the isend after it must not wait for each other),
- * and a collective waits until they have all ended. */
-#define PROGRESS_MAX_ACTIVE 64
+ * point-to-point operations run together, however many are queued (an
+ * irecv and the isend after it must not wait for each other), also beside
+ * a running collective, whose ring links they do not use. */
 
 typedef struct {
     rcci_op_t *op;
@@ -164,8 +163,8 @@ static void *progress_main(void *arg)
 {
     struct rcc_comm *comm = arg;
     rcci_log_set_rank(comm->rank);
-    active_t act[PROGRESS_MAX_ACTIVE];
-    int nact = 0, abort_seen = 0, stop = 0;
+    active_t *act = NULL;
+    int nact = 0, cap = 0, abort_seen = 0, stop = 0;
     for (;;) {
         if (!abort_seen && atomic_load(&comm->aborted)) {
             abort_seen = 1;
@@ -174,7 +173,14 @@ static void *progress_main(void *arg)
         }
         /* Admit queued work: anything when idle, more point-to-point while
          * only point-to-point runs. */
-        while (nact < PROGRESS_MAX_ACTIVE) {
+        for (;;) {
+            if (nact == cap) {
+                active_t *grown = realloc(act, sizeof *act * (size_t)(cap ? 2 * cap : 16));
+                if (!grown)
+                    break; /* runs what it has; admits more when some end */
+                act = grown;
+                cap = cap ? 2 * cap : 16;
+            }
             int only_p2p = nact > 0;
             rcci_op_t *op = progress_pop(comm, only_p2p, &stop);
             if (!op)
@@ -222,6 +228,7 @@ static void *progress_main(void *arg)
         if (!any)
             progress_sleep(comm, comm->poll_ms > 0 ? comm->poll_ms : IDLE_WAIT_MS);
     }
+    free(act);
     return NULL;
 }
 

@@ -127,14 +127,18 @@ rcc_result_t rcci_p2p_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progre
         const rcci_p2p_msg_t *m = &op->msgs[i];
         p2p_state_t *st = &x->st[i];
         rcc_result_t res = RCC_SUCCESS;
-        if (st->state == P2P_WAITING) {
+        /* Messages of one peer and direction are posted strictly in
+         * sequence order, across operations too: the connection's queue
+         * is the order the peer will see them in. */
+        uint32_t *next = m->is_send ? &p->out_posted[m->peer] : &p->in_posted[m->peer];
+        if (st->state == P2P_WAITING && m->peer != comm->rank && *next == st->seq) {
             rcci_conn_t *conn = NULL;
             res = p2p_conn(comm, m, &conn);
             if (res == RCC_SUCCESS && conn) {
                 res = m->is_send ? p->tr->isend(conn, m->buf, m->bytes, st->seq, NULL, &st->req)
                                  : p->tr->irecv(conn, m->buf, m->bytes, st->seq, NULL, &st->req);
                 if (res == RCC_SUCCESS)
-                    st->state = P2P_POSTED, *progressed = 1;
+                    st->state = P2P_POSTED, (*next)++, *progressed = 1;
             }
         }
         if (res == RCC_SUCCESS && st->state == P2P_POSTED) {
