@@ -1,219 +1,27 @@
 /*
  * Reduce-scatter, allgather, broadcast, reduce, barrier and the nonblocking
  * forms across real processes on loopback, for 1 to 5 ranks, checked bit for
- * bit against a naive reference computed here; plus several communicators
+ * bit against a naive reference (testdata.c); plus several communicators
  * driven from several threads, and refused arguments.
  */
 #include <check.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../check_main.h"
 #include "mp.h"
-#include "reduce.h" /* half/bfloat16 conversions, tested exhaustively in unit/ */
+#include "testdata.h"
 
 static const size_t rs_counts[] = {0, 1, 2, 7, 13, 1021, 65537}; /* reduce-scatter, allgather */
 #define RS_NCOUNTS (sizeof rs_counts / sizeof rs_counts[0])
 #define BIG_COUNT ((size_t)3 << 20 | 1)                                /* several chunks, odd */
 static const size_t root_counts[] = {0, 1, 3, 1021, 65537, BIG_COUNT}; /* broadcast, reduce */
 #define ROOT_NCOUNTS (sizeof root_counts / sizeof root_counts[0])
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int is_float_type(rcc_datatype_t dt)
-{
-    return dt == RCC_FLOAT16 || dt == RCC_FLOAT32 || dt == RCC_FLOAT64 || dt == RCC_BFLOAT16;
-}
-
-/* Input element i of rank r for the operation numbered `seed`: integers,
- * exact in every dtype (test_allreduce.c's gen_int, plus the seed so that
- * operations in flight together hold different data). PROD uses mostly ones
- * so float products stay exact; integer types also get large values so sums
- * and products wrap (the reference wraps the same way). */
-static int64_t gen(unsigned seed, int r, size_t i, rcc_datatype_t dt, rcc_redop_t op)
-{
-    size_t h = (i + (size_t)seed * 1000003u) * 2654435761u + (size_t)r * 40503u + (size_t)dt * 7u;
-    if (op == RCC_PROD)
-        return is_float_type(dt) ? ((h % 7 == 0)    ? 2
-                                    : (h % 11 == 0) ? -1
-                                                    : 1)
-                                 : (int64_t)(h % 251) - 125;
-    if (is_float_type(dt))
-        return (int64_t)(h % 61) - 30;
-    return (int64_t)(h % 100003) - 50001; /* wraps int8/uint8/int32 sums */
-}
-
-static void store(void *buf, size_t i, rcc_datatype_t dt, int64_t v)
-{
-    switch (dt) {
-    case RCC_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case RCC_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case RCC_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case RCC_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-    case RCC_INT64: ((int64_t *)buf)[i] = v; break;
-    case RCC_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-    case RCC_FLOAT16: ((uint16_t *)buf)[i] = rcci_float_to_half((float)v); break;
-    case RCC_BFLOAT16: ((uint16_t *)buf)[i] = rcci_float_to_bf16((float)v); break;
-    case RCC_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case RCC_FLOAT64: ((double *)buf)[i] = (double)v; break;
-    default: abort();
-    }
-}
-
-/* buf[j] = rank r's input element start + j, for j < count. */
-static void fill(void *buf, size_t start, size_t count, unsigned seed, int r, rcc_datatype_t dt,
-                 rcc_redop_t op)
-{
-    for (size_t j = 0; j < count; j++)
-        store(buf, j, dt, gen(seed, r, start + j, dt, op));
-}
-
-/* Naive reference: out[j] = element start + j folded over ranks 0..n-1 in
- * order with the type's own arithmetic. */
-#define REF_INT(T, UT)                                                                             \
-    for (size_t j = 0; j < count; j++) {                                                           \
-        size_t i = start + j;                                                                      \
-        UT acc = (UT)(T)gen(seed, 0, i, dt, op);                                                   \
-        for (int r = 1; r < n; r++) {                                                              \
-            T v = (T)gen(seed, r, i, dt, op);                                                      \
-            if (op == RCC_SUM || op == RCC_AVG)                                                    \
-                acc = (UT)(acc + (UT)v);                                                           \
-            else if (op == RCC_PROD)                                                               \
-                acc = (UT)(acc * (UT)v);                                                           \
-            else if (op == RCC_MAX)                                                                \
-                acc = (T)acc > v ? acc : (UT)v;                                                    \
-            else                                                                                   \
-                acc = (T)acc < v ? acc : (UT)v;                                                    \
-        }                                                                                          \
-        T res = (T)acc;                                                                            \
-        if (op == RCC_AVG)                                                                         \
-            res = (T)(res / (T)n);                                                                 \
-        ((T *)out)[j] = res;                                                                       \
-    }                                                                                              \
-    break;
-
-static void reference(void *out, size_t start, size_t count, int n, unsigned seed,
-                      rcc_datatype_t dt, rcc_redop_t op)
-{
-    switch (dt) {
-    case RCC_INT8: REF_INT(int8_t, uint8_t)
-    case RCC_UINT8: REF_INT(uint8_t, uint8_t)
-    case RCC_INT32: REF_INT(int32_t, uint32_t)
-    case RCC_UINT32: REF_INT(uint32_t, uint32_t)
-    case RCC_INT64: REF_INT(int64_t, uint64_t)
-    case RCC_UINT64: REF_INT(uint64_t, uint64_t)
-    default:
-        for (size_t j = 0; j < count; j++) {
-            size_t i = start + j;
-            double acc = (double)gen(seed, 0, i, dt, op);
-            for (int r = 1; r < n; r++) {
-                double v = (double)gen(seed, r, i, dt, op);
-                acc = op == RCC_SUM || op == RCC_AVG ? acc + v
-                      : op == RCC_PROD               ? acc * v
-                      : op == RCC_MAX                ? fmax(acc, v)
-                                                     : fmin(acc, v);
-            }
-            /* Sums and products are exact integers; AVG divides once in the
-             * accumulation type (float32 for the 16-bit types). */
-            if (dt == RCC_FLOAT64) {
-                ((double *)out)[j] = op == RCC_AVG ? acc / n : acc;
-            } else {
-                float f = op == RCC_AVG ? (float)acc / (float)n : (float)acc;
-                if (dt == RCC_FLOAT32)
-                    ((float *)out)[j] = f;
-                else if (dt == RCC_FLOAT16)
-                    ((uint16_t *)out)[j] = rcci_float_to_half(f);
-                else
-                    ((uint16_t *)out)[j] = rcci_float_to_bf16(f);
-            }
-        }
-    }
-}
-
-/* An element as text, for failure messages. */
-static const char *elem_text(char *s, size_t len, const void *p, rcc_datatype_t dt)
-{
-    union {
-        int8_t i8;
-        uint8_t u8;
-        int32_t i32;
-        uint32_t u32;
-        int64_t i64;
-        uint64_t u64;
-        uint16_t h;
-        float f;
-        double d;
-    } v;
-    memcpy(&v, p, rcc_datatype_size(dt));
-    switch (dt) {
-    case RCC_INT8: snprintf(s, len, "%d", v.i8); break;
-    case RCC_UINT8: snprintf(s, len, "%u", v.u8); break;
-    case RCC_INT32: snprintf(s, len, "%d", (int)v.i32); break;
-    case RCC_UINT32: snprintf(s, len, "%u", (unsigned)v.u32); break;
-    case RCC_INT64: snprintf(s, len, "%lld", (long long)v.i64); break;
-    case RCC_UINT64: snprintf(s, len, "%llu", (unsigned long long)v.u64); break;
-    case RCC_FLOAT16: snprintf(s, len, "%g (0x%04x)", rcci_half_to_float(v.h), v.h); break;
-    case RCC_BFLOAT16: snprintf(s, len, "%g (0x%04x)", rcci_bf16_to_float(v.h), v.h); break;
-    case RCC_FLOAT32: snprintf(s, len, "%g", v.f); break;
-    case RCC_FLOAT64: snprintf(s, len, "%g", v.d); break;
-    default: snprintf(s, len, "?");
-    }
-    return s;
-}
-
-/* ---- buffers with guard bytes on both sides ------------------------------- */
-
-#define GUARD 64
-#define GUARD_BYTE 0x5A
-#define UNWRITTEN 0xA5 /* what receive buffers hold before the call */
-
-static char *galloc(size_t bytes)
-{
-    char *p = malloc(bytes + 2 * GUARD);
-    if (!p) {
-        fprintf(stderr, "no memory for %zu bytes\n", bytes);
-        abort();
-    }
-    memset(p, GUARD_BYTE, GUARD);
-    memset(p + GUARD + bytes, GUARD_BYTE, GUARD);
-    return p + GUARD;
-}
-
-static int guards_intact(const char *p, size_t bytes)
-{
-    for (size_t k = 0; k < GUARD; k++)
-        if ((unsigned char)p[-1 - (ptrdiff_t)k] != GUARD_BYTE ||
-            (unsigned char)p[bytes + k] != GUARD_BYTE)
-            return 0;
-    return 1;
-}
-
-static void gfree(char *p)
-{
-    if (p)
-        free(p - GUARD);
-}
-
-static char *dup_bytes(const char *p, size_t bytes)
-{
-    char *d = malloc(bytes + 1);
-    if (!d)
-        abort();
-    memcpy(d, p, bytes);
-    return d;
-}
 
 /* ---- one collective, described as data ------------------------------------- */
 
@@ -271,72 +79,72 @@ static void xop_prepare(xop_t *x, int rank, int n)
     case K_REDUCE_SCATTER: {
         size_t elems = x->kind == K_ALLREDUCE ? c : (size_t)n * c;
         x->sbytes = elems * es;
-        x->smem = galloc(x->sbytes);
-        fill(x->smem, 0, elems, x->seed, rank, x->dt, x->op);
+        x->smem = td_galloc(x->sbytes);
+        td_fill(x->smem, 0, elems, x->seed, rank, x->dt, x->op);
         x->sendbuf = x->smem;
         if (x->inplace) {
             x->recvbuf = x->kind == K_ALLREDUCE ? x->smem : x->smem + (size_t)rank * bytes;
         } else {
-            x->ssnap = dup_bytes(x->smem, x->sbytes);
+            x->ssnap = td_dup_bytes(x->smem, x->sbytes);
             x->rbytes = bytes;
-            x->rmem = galloc(bytes);
-            memset(x->rmem, UNWRITTEN, bytes);
+            x->rmem = td_galloc(bytes);
+            memset(x->rmem, TD_UNWRITTEN, bytes);
             x->recvbuf = x->rmem;
         }
         break;
     }
     case K_ALLGATHER:
         x->rbytes = (size_t)n * bytes;
-        x->rmem = galloc(x->rbytes);
-        memset(x->rmem, UNWRITTEN, x->rbytes);
+        x->rmem = td_galloc(x->rbytes);
+        memset(x->rmem, TD_UNWRITTEN, x->rbytes);
         x->recvbuf = x->rmem;
         if (x->inplace) {
-            fill(x->rmem + (size_t)rank * bytes, 0, c, x->seed, rank, x->dt, RCC_SUM);
+            td_fill(x->rmem + (size_t)rank * bytes, 0, c, x->seed, rank, x->dt, RCC_SUM);
             x->sendbuf = x->rmem + (size_t)rank * bytes;
         } else {
             x->sbytes = bytes;
-            x->smem = galloc(bytes);
-            fill(x->smem, 0, c, x->seed, rank, x->dt, RCC_SUM);
-            x->ssnap = dup_bytes(x->smem, bytes);
+            x->smem = td_galloc(bytes);
+            td_fill(x->smem, 0, c, x->seed, rank, x->dt, RCC_SUM);
+            x->ssnap = td_dup_bytes(x->smem, bytes);
             x->sendbuf = x->smem;
         }
         break;
     case K_BROADCAST:
         x->rbytes = bytes;
-        x->rmem = galloc(bytes);
-        memset(x->rmem, UNWRITTEN, bytes);
+        x->rmem = td_galloc(bytes);
+        memset(x->rmem, TD_UNWRITTEN, bytes);
         x->recvbuf = x->rmem;
         if (x->inplace) {
             if (root)
-                fill(x->rmem, 0, c, x->seed, rank, x->dt, RCC_SUM);
+                td_fill(x->rmem, 0, c, x->seed, rank, x->dt, RCC_SUM);
             x->sendbuf = x->rmem;
         } else if (root || x->variant == 0) {
             /* Non-roots' junk: another operation's data. */
             x->sbytes = bytes;
-            x->smem = galloc(bytes);
-            fill(x->smem, 0, c, root ? x->seed : x->seed + 77777u, rank, x->dt, RCC_SUM);
-            x->ssnap = dup_bytes(x->smem, bytes);
+            x->smem = td_galloc(bytes);
+            td_fill(x->smem, 0, c, root ? x->seed : x->seed + 77777u, rank, x->dt, RCC_SUM);
+            x->ssnap = td_dup_bytes(x->smem, bytes);
             x->sendbuf = x->smem;
         }
         break;
     case K_REDUCE:
         x->sbytes = bytes;
-        x->smem = galloc(bytes);
-        fill(x->smem, 0, c, x->seed, rank, x->dt, x->op);
+        x->smem = td_galloc(bytes);
+        td_fill(x->smem, 0, c, x->seed, rank, x->dt, x->op);
         x->sendbuf = x->smem;
         if (x->inplace) {
             x->recvbuf = x->smem;
             if (!root) /* recvbuf is written on root only */
-                x->ssnap = dup_bytes(x->smem, bytes);
+                x->ssnap = td_dup_bytes(x->smem, bytes);
         } else {
-            x->ssnap = dup_bytes(x->smem, bytes);
+            x->ssnap = td_dup_bytes(x->smem, bytes);
             if (root || x->variant == 1) {
                 x->rbytes = bytes;
-                x->rmem = galloc(bytes);
-                memset(x->rmem, UNWRITTEN, bytes);
+                x->rmem = td_galloc(bytes);
+                memset(x->rmem, TD_UNWRITTEN, bytes);
                 x->recvbuf = x->rmem;
                 if (!root)
-                    x->rsnap = dup_bytes(x->rmem, bytes);
+                    x->rsnap = td_dup_bytes(x->rmem, bytes);
             }
         }
         break;
@@ -371,24 +179,14 @@ static rcc_result_t xop_issue(xop_t *x, rcc_comm_t comm, int blocking)
     }
 }
 
-/* Compares `count` elements of got with want; prints the first difference. */
+/* Compares `count` elements of got with want; prints the first difference
+ * under the operation's description and `what`. */
 static int compare(const char *what, const char *got, const char *want, size_t count,
                    rcc_datatype_t dt, const xop_t *x, int rank, int n)
 {
-    size_t es = rcc_datatype_size(dt);
-    if (memcmp(got, want, count * es) == 0)
-        return 0;
-    size_t i = 0, wrong = 0;
-    while (i < count && memcmp(got + i * es, want + i * es, es) == 0)
-        i++;
-    for (size_t k = i; k < count; k++)
-        wrong += memcmp(got + k * es, want + k * es, es) != 0;
-    char d[200], g[64], w[64];
-    fprintf(stderr, "%s: %s element %zu of %zu: got %s, expected %s (%zu elements wrong)\n",
-            xop_text(d, sizeof d, x, rank, n), what, i, count,
-            elem_text(g, sizeof g, got + i * es, dt), elem_text(w, sizeof w, want + i * es, dt),
-            wrong);
-    return 1;
+    char d[200], desc[320];
+    snprintf(desc, sizeof desc, "%s: %s", xop_text(d, sizeof d, x, rank, n), what);
+    return td_compare(desc, got, want, count, dt);
 }
 
 /* Checks the results of a completed operation; 0 when right. */
@@ -402,24 +200,25 @@ static int xop_check(const xop_t *x, int rank, int n)
     case K_ALLREDUCE:
     case K_REDUCE_SCATTER:
         want = malloc(bytes + 1);
-        reference(want, x->kind == K_ALLREDUCE ? 0 : (size_t)rank * c, c, n, x->seed, x->dt, x->op);
+        td_reference(want, x->kind == K_ALLREDUCE ? 0 : (size_t)rank * c, c, NULL, n, x->seed,
+                     x->dt, x->op);
         bad |= compare("recvbuf", x->recvbuf, want, c, x->dt, x, rank, n);
         break;
     case K_ALLGATHER:
         want = malloc(x->rbytes + 1);
         for (int r = 0; r < n; r++)
-            fill(want + (size_t)r * bytes, 0, c, x->seed, r, x->dt, RCC_SUM);
+            td_fill(want + (size_t)r * bytes, 0, c, x->seed, r, x->dt, RCC_SUM);
         bad |= compare("recvbuf", x->recvbuf, want, (size_t)n * c, x->dt, x, rank, n);
         break;
     case K_BROADCAST:
         want = malloc(bytes + 1);
-        fill(want, 0, c, x->seed, x->root, x->dt, RCC_SUM);
+        td_fill(want, 0, c, x->seed, x->root, x->dt, RCC_SUM);
         bad |= compare("recvbuf", x->recvbuf, want, c, x->dt, x, rank, n);
         break;
     case K_REDUCE:
         if (rank == x->root) {
             want = malloc(bytes + 1);
-            reference(want, 0, c, n, x->seed, x->dt, x->op);
+            td_reference(want, 0, c, NULL, n, x->seed, x->dt, x->op);
             bad |= compare("recvbuf", x->recvbuf, want, c, x->dt, x, rank, n);
         }
         break;
@@ -430,8 +229,8 @@ static int xop_check(const xop_t *x, int rank, int n)
     if (x->rsnap && !bad)
         bad |= compare("non-root recvbuf (must stay untouched)", x->rmem, x->rsnap, x->rbytes / es,
                        x->dt, x, rank, n);
-    if ((x->smem && !guards_intact(x->smem, x->sbytes)) ||
-        (x->rmem && !guards_intact(x->rmem, x->rbytes))) {
+    if ((x->smem && !td_guards_intact(x->smem, x->sbytes)) ||
+        (x->rmem && !td_guards_intact(x->rmem, x->rbytes))) {
         fprintf(stderr, "%s: wrote outside its buffers\n", xop_text(d, sizeof d, x, rank, n));
         bad = 1;
     }
@@ -441,7 +240,7 @@ static int xop_check(const xop_t *x, int rank, int n)
 
 static void xop_free(xop_t *x)
 {
-    gfree(x->smem), gfree(x->rmem);
+    td_gfree(x->smem), td_gfree(x->rmem);
     free(x->ssnap), free(x->rsnap);
     x->smem = x->rmem = x->ssnap = x->rsnap = NULL;
 }
@@ -464,16 +263,6 @@ static int run_one(rcc_comm_t comm, xop_t *x, int rank, int n)
     }
     xop_free(x);
     return bad;
-}
-
-static int finish(rcc_comm_t comm, int bad)
-{
-    rcc_result_t res = rcc_comm_destroy(comm);
-    if (res != RCC_SUCCESS) {
-        fprintf(stderr, "rcc_comm_destroy: %s\n", rcc_result_name(res));
-        return 1;
-    }
-    return bad != 0;
 }
 
 /* ---- reduce-scatter: every dtype x op x size, in-place and not ---------------- */
@@ -499,7 +288,7 @@ static int rank_reduce_scatter(int rank, int n, void *arg)
                         return 1;
                     bad |= r;
                 }
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(reduce_scatter) { ck_assert_int_eq(mp_run(_i, rank_reduce_scatter, NULL, 300), 0); }
@@ -526,7 +315,7 @@ static int rank_allgather(int rank, int n, void *arg)
                     return 1;
                 bad |= r;
             }
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(allgather) { ck_assert_int_eq(mp_run(_i, rank_allgather, NULL, 300), 0); }
@@ -561,7 +350,7 @@ static int rank_broadcast(int rank, int n, void *arg)
                         return 1;
                     bad |= r;
                 }
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(broadcast) { ck_assert_int_eq(mp_run(_i, rank_broadcast, NULL, 300), 0); }
@@ -599,7 +388,7 @@ static int rank_reduce(int rank, int n, void *arg)
                             return 1;
                         bad |= r;
                     }
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(reduce) { ck_assert_int_eq(mp_run(_i, rank_reduce, NULL, 300), 0); }
@@ -620,9 +409,9 @@ static int rank_barrier(int rank, int n, void *arg)
     barrier_area_t *area = mp_shared(NULL);
     rcc_comm_t comm = mp_comm(60000);
     usleep((useconds_t)rank * 50000);
-    atomic_store(&area->entered[rank], now_s());
+    atomic_store(&area->entered[rank], td_now_s());
     rcc_result_t res = rcc_barrier(comm);
-    double left = now_s();
+    double left = td_now_s();
     if (res != RCC_SUCCESS)
         MP_FAIL("barrier: %s: %s", rcc_result_name(res), rcc_last_error(comm));
     for (int r = 0; r < n; r++) {
@@ -641,7 +430,7 @@ static int rank_barrier(int rank, int n, void *arg)
         if (a != n)
             MP_FAIL("barrier %d returned with %d of %d ranks arrived", k, a, n);
     }
-    return finish(comm, 0);
+    return td_finish(comm, 0);
 }
 
 START_TEST(barrier) { ck_assert_int_eq(mp_run(_i, rank_barrier, NULL, 120), 0); }
@@ -720,7 +509,7 @@ static int rank_nonblocking(int rank, int n, void *arg)
             MP_FAIL("%s: rcc_wait left the request set", xop_text(d, sizeof d, x, rank, n));
     }
     /* A quarter by polling rcc_test. */
-    double deadline = now_s() + 60;
+    double deadline = td_now_s() + 60;
     for (int pending = NOPS / 4; pending > 0;) {
         pending = 0;
         for (int j = NOPS / 2; j < NOPS * 3 / 4; j++) {
@@ -742,7 +531,7 @@ static int rank_nonblocking(int rank, int n, void *arg)
                         xop_text(d, sizeof d, x, rank, n));
             pending += !done;
         }
-        if (pending && now_s() > deadline)
+        if (pending && td_now_s() > deadline)
             MP_FAIL("%d operations still not done after 60 s of rcc_test", pending);
         if (pending)
             usleep(200);
@@ -767,7 +556,7 @@ static int rank_nonblocking(int rank, int n, void *arg)
         xop_free(&ops[k]);
     }
     free(ops);
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(nonblocking_mixed) { ck_assert_int_eq(mp_run(_i, rank_nonblocking, NULL, 300), 0); }
@@ -842,9 +631,9 @@ static void *thread_main(void *arg)
          * every rank's b: the other ranks' pending operation on a must not
          * hold up their b. */
         if (job->mp_rank == 0) {
-            double deadline = now_s() + 30;
+            double deadline = td_now_s() + 30;
             while (!atomic_load(job->b_phase1_done)) {
-                if (now_s() > deadline) {
+                if (td_now_s() > deadline) {
                     fprintf(stderr, "rank 0: communicator b made no progress while "
                                     "communicator a had an operation pending\n");
                     job->bad = 1;
@@ -917,8 +706,8 @@ static int rank_two_threads(int rank, int n, void *arg)
     pthread_create(&tb, NULL, thread_main, &jb);
     pthread_join(ta, NULL);
     pthread_join(tb, NULL);
-    int bad = finish(a, ja.bad);
-    bad |= finish(b, jb.bad);
+    int bad = td_finish(a, ja.bad);
+    bad |= td_finish(b, jb.bad);
     return bad;
 }
 
@@ -1028,7 +817,7 @@ static int rank_bad_args(int rank, int n, void *arg)
             return 1;
         bad |= r;
     }
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(bad_arguments) { ck_assert_int_eq(mp_run(_i, rank_bad_args, NULL, 120), 0); }

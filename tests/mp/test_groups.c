@@ -3,240 +3,29 @@
  * groups (fusion of allreduces, merged point-to-point calls, nesting,
  * requests of a group) and rcc_comm_split, across real processes on
  * loopback, for 1 to 5 ranks (6 for the split grid), checked bit for bit
- * against data and reductions computed here; plus refused arguments and a
+ * against data and reductions from testdata.c; plus refused arguments and a
  * send/receive size mismatch that must fail fast instead of hanging.
  */
 #include <check.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../check_main.h"
 #include "mp.h"
+#include "testdata.h"
 #include "params.h" /* to see that RCC_FUSION_BYTES was read */
-#include "reduce.h" /* half/bfloat16 conversions, tested exhaustively in unit/ */
 
 #define BIG_COUNT ((size_t)3 << 20 | 1) /* several chunks, odd */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int is_float_type(rcc_datatype_t dt)
-{
-    return dt == RCC_FLOAT16 || dt == RCC_FLOAT32 || dt == RCC_FLOAT64 || dt == RCC_BFLOAT16;
-}
-
-/* Input element i of rank r for the operation or message numbered `seed`
- * (test_collectives.c's generator): integers, exact in every dtype. PROD
- * uses mostly ones so float products stay exact; integer types also get
- * large values so sums and products wrap (the reference wraps alike). */
-static int64_t gen(unsigned seed, int r, size_t i, rcc_datatype_t dt, rcc_redop_t op)
-{
-    size_t h = (i + (size_t)seed * 1000003u) * 2654435761u + (size_t)r * 40503u + (size_t)dt * 7u;
-    if (op == RCC_PROD)
-        return is_float_type(dt) ? ((h % 7 == 0)    ? 2
-                                    : (h % 11 == 0) ? -1
-                                                    : 1)
-                                 : (int64_t)(h % 251) - 125;
-    if (is_float_type(dt))
-        return (int64_t)(h % 61) - 30;
-    return (int64_t)(h % 100003) - 50001; /* wraps int8/uint8/int32 sums */
-}
-
-static void store(void *buf, size_t i, rcc_datatype_t dt, int64_t v)
-{
-    switch (dt) {
-    case RCC_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case RCC_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case RCC_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case RCC_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-    case RCC_INT64: ((int64_t *)buf)[i] = v; break;
-    case RCC_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-    case RCC_FLOAT16: ((uint16_t *)buf)[i] = rcci_float_to_half((float)v); break;
-    case RCC_BFLOAT16: ((uint16_t *)buf)[i] = rcci_float_to_bf16((float)v); break;
-    case RCC_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case RCC_FLOAT64: ((double *)buf)[i] = (double)v; break;
-    default: abort();
-    }
-}
-
-/* buf[j] = rank r's input element j of operation `seed`, for j < count. */
-static void fill(void *buf, size_t count, unsigned seed, int r, rcc_datatype_t dt, rcc_redop_t op)
-{
-    for (size_t j = 0; j < count; j++)
-        store(buf, j, dt, gen(seed, r, j, dt, op));
-}
-
-/* Naive reference: out[j] = element j folded over the inputs of ranks
- * who[0..n) (ranks 0..n-1 when who is NULL) in order, with the type's own
- * arithmetic. */
-#define WHO(k) (who ? who[k] : (k))
-#define REF_INT(T, UT)                                                                             \
-    for (size_t j = 0; j < count; j++) {                                                           \
-        UT acc = (UT)(T)gen(seed, WHO(0), j, dt, op);                                              \
-        for (int k = 1; k < n; k++) {                                                              \
-            T v = (T)gen(seed, WHO(k), j, dt, op);                                                 \
-            if (op == RCC_SUM || op == RCC_AVG)                                                    \
-                acc = (UT)(acc + (UT)v);                                                           \
-            else if (op == RCC_PROD)                                                               \
-                acc = (UT)(acc * (UT)v);                                                           \
-            else if (op == RCC_MAX)                                                                \
-                acc = (T)acc > v ? acc : (UT)v;                                                    \
-            else                                                                                   \
-                acc = (T)acc < v ? acc : (UT)v;                                                    \
-        }                                                                                          \
-        T res = (T)acc;                                                                            \
-        if (op == RCC_AVG)                                                                         \
-            res = (T)(res / (T)n);                                                                 \
-        ((T *)out)[j] = res;                                                                       \
-    }                                                                                              \
-    break;
-
-static void reference(void *out, size_t count, const int *who, int n, unsigned seed,
-                      rcc_datatype_t dt, rcc_redop_t op)
-{
-    switch (dt) {
-    case RCC_INT8: REF_INT(int8_t, uint8_t)
-    case RCC_UINT8: REF_INT(uint8_t, uint8_t)
-    case RCC_INT32: REF_INT(int32_t, uint32_t)
-    case RCC_UINT32: REF_INT(uint32_t, uint32_t)
-    case RCC_INT64: REF_INT(int64_t, uint64_t)
-    case RCC_UINT64: REF_INT(uint64_t, uint64_t)
-    default:
-        for (size_t j = 0; j < count; j++) {
-            double acc = (double)gen(seed, WHO(0), j, dt, op);
-            for (int k = 1; k < n; k++) {
-                double v = (double)gen(seed, WHO(k), j, dt, op);
-                acc = op == RCC_SUM || op == RCC_AVG ? acc + v
-                      : op == RCC_PROD               ? acc * v
-                      : op == RCC_MAX                ? fmax(acc, v)
-                                                     : fmin(acc, v);
-            }
-            /* Sums and products are exact integers; AVG divides once in the
-             * accumulation type (float32 for the 16-bit types). */
-            if (dt == RCC_FLOAT64) {
-                ((double *)out)[j] = op == RCC_AVG ? acc / n : acc;
-            } else {
-                float f = op == RCC_AVG ? (float)acc / (float)n : (float)acc;
-                if (dt == RCC_FLOAT32)
-                    ((float *)out)[j] = f;
-                else if (dt == RCC_FLOAT16)
-                    ((uint16_t *)out)[j] = rcci_float_to_half(f);
-                else
-                    ((uint16_t *)out)[j] = rcci_float_to_bf16(f);
-            }
-        }
-    }
-}
-#undef WHO
-
-/* An element as text, for failure messages. */
-static const char *elem_text(char *s, size_t len, const void *p, rcc_datatype_t dt)
-{
-    union {
-        int8_t i8;
-        uint8_t u8;
-        int32_t i32;
-        uint32_t u32;
-        int64_t i64;
-        uint64_t u64;
-        uint16_t h;
-        float f;
-        double d;
-    } v;
-    memcpy(&v, p, rcc_datatype_size(dt));
-    switch (dt) {
-    case RCC_INT8: snprintf(s, len, "%d", v.i8); break;
-    case RCC_UINT8: snprintf(s, len, "%u", v.u8); break;
-    case RCC_INT32: snprintf(s, len, "%d", (int)v.i32); break;
-    case RCC_UINT32: snprintf(s, len, "%u", (unsigned)v.u32); break;
-    case RCC_INT64: snprintf(s, len, "%lld", (long long)v.i64); break;
-    case RCC_UINT64: snprintf(s, len, "%llu", (unsigned long long)v.u64); break;
-    case RCC_FLOAT16: snprintf(s, len, "%g (0x%04x)", rcci_half_to_float(v.h), v.h); break;
-    case RCC_BFLOAT16: snprintf(s, len, "%g (0x%04x)", rcci_bf16_to_float(v.h), v.h); break;
-    case RCC_FLOAT32: snprintf(s, len, "%g", v.f); break;
-    case RCC_FLOAT64: snprintf(s, len, "%g", v.d); break;
-    default: snprintf(s, len, "?");
-    }
-    return s;
-}
-
-/* ---- buffers with guard bytes on both sides ------------------------------- */
-
-#define GUARD 64
-#define GUARD_BYTE 0x5A
-#define UNWRITTEN 0xA5 /* what receive buffers hold before the call */
-
-static char *galloc(size_t bytes)
-{
-    char *p = malloc(bytes + 2 * GUARD);
-    if (!p) {
-        fprintf(stderr, "no memory for %zu bytes\n", bytes);
-        abort();
-    }
-    memset(p, GUARD_BYTE, GUARD);
-    memset(p + GUARD + bytes, GUARD_BYTE, GUARD);
-    return p + GUARD;
-}
-
-static int guards_intact(const char *p, size_t bytes)
-{
-    for (size_t k = 0; k < GUARD; k++)
-        if ((unsigned char)p[-1 - (ptrdiff_t)k] != GUARD_BYTE ||
-            (unsigned char)p[bytes + k] != GUARD_BYTE)
-            return 0;
-    return 1;
-}
-
-static void gfree(char *p)
-{
-    if (p)
-        free(p - GUARD);
-}
-
-static char *dup_bytes(const char *p, size_t bytes)
-{
-    char *d = malloc(bytes + 1);
-    if (!d)
-        abort();
-    memcpy(d, p, bytes);
-    return d;
-}
-
-/* Compares `count` elements of got with want; prints the first difference
- * under the description `what`. 0 when equal. */
-static int compare(const char *what, const char *got, const char *want, size_t count,
-                   rcc_datatype_t dt)
-{
-    size_t es = rcc_datatype_size(dt);
-    if (memcmp(got, want, count * es) == 0)
-        return 0;
-    size_t i = 0, wrong = 0;
-    while (i < count && memcmp(got + i * es, want + i * es, es) == 0)
-        i++;
-    for (size_t k = i; k < count; k++)
-        wrong += memcmp(got + k * es, want + k * es, es) != 0;
-    char g[64], w[64];
-    fprintf(stderr, "%s: element %zu of %zu: got %s, expected %s (%zu elements wrong)\n", what, i,
-            count, elem_text(g, sizeof g, got + i * es, dt),
-            elem_text(w, sizeof w, want + i * es, dt), wrong);
-    return 1;
-}
 
 /* ---- one buffer pair: a message, or one rank's part of a collective ------- */
 
 /* What a rank gives and gets in one call: `send` holds its input (checked
- * unchanged afterwards), `recv` starts UNWRITTEN and must end equal to
+ * unchanged afterwards), `recv` starts TD_UNWRITTEN and must end equal to
  * `want`. Either side may be absent (bytes 0 and no allocation). */
 typedef struct {
     char what[160];
@@ -254,16 +43,16 @@ static void bufs_init(bufs_t *b, rcc_datatype_t dt, size_t scount, size_t rcount
     b->dt = dt;
     b->scount = scount;
     b->rcount = rcount;
-    b->send = galloc(scount * es);
-    b->recv = galloc(rcount * es);
-    memset(b->recv, UNWRITTEN, rcount * es);
+    b->send = td_galloc(scount * es);
+    b->recv = td_galloc(rcount * es);
+    memset(b->recv, TD_UNWRITTEN, rcount * es);
     b->want = malloc((scount > rcount ? scount : rcount) * es + 1); /* in-place: scount */
 }
 
 /* Call after the input is in place. */
 static void bufs_snap(bufs_t *b)
 {
-    b->snap = dup_bytes(b->send, b->scount * rcc_datatype_size(b->dt));
+    b->snap = td_dup_bytes(b->send, b->scount * rcc_datatype_size(b->dt));
 }
 
 /* 0 when recv == want, the input is unchanged and no guard was touched. */
@@ -272,12 +61,12 @@ static int bufs_check(const bufs_t *b)
     size_t es = rcc_datatype_size(b->dt);
     char what[200];
     snprintf(what, sizeof what, "%s: recvbuf", b->what);
-    int bad = compare(what, b->recv, b->want, b->rcount, b->dt);
+    int bad = td_compare(what, b->recv, b->want, b->rcount, b->dt);
     if (b->snap && !bad) {
         snprintf(what, sizeof what, "%s: sendbuf (must stay unchanged)", b->what);
-        bad |= compare(what, b->send, b->snap, b->scount, b->dt);
+        bad |= td_compare(what, b->send, b->snap, b->scount, b->dt);
     }
-    if (!guards_intact(b->send, b->scount * es) || !guards_intact(b->recv, b->rcount * es)) {
+    if (!td_guards_intact(b->send, b->scount * es) || !td_guards_intact(b->recv, b->rcount * es)) {
         fprintf(stderr, "%s: wrote outside its buffers\n", b->what);
         bad = 1;
     }
@@ -286,7 +75,7 @@ static int bufs_check(const bufs_t *b)
 
 static void bufs_free(bufs_t *b)
 {
-    gfree(b->send), gfree(b->recv);
+    td_gfree(b->send), td_gfree(b->recv);
     free(b->snap), free(b->want);
     b->send = b->recv = b->snap = b->want = NULL;
 }
@@ -309,16 +98,6 @@ static void bufs_free(bufs_t *b)
             MP_FAIL("rank %d of %d: %s: %s / '%s' (expected %s / '%s')", rank, n, #call,           \
                     rcc_result_name(res_), rcc_last_error(comm), rcc_result_name(want), needle_);  \
     } while (0)
-
-static int finish(rcc_comm_t comm, int bad)
-{
-    rcc_result_t res = rcc_comm_destroy(comm);
-    if (res != RCC_SUCCESS) {
-        fprintf(stderr, "rcc_comm_destroy: %s: %s\n", rcc_result_name(res), rcc_last_error(NULL));
-        return 1;
-    }
-    return bad != 0;
-}
 
 /* =========================================================================
  * Point to point
@@ -344,11 +123,11 @@ static void msg_init(bufs_t *b, const char *label, rcc_datatype_t dt, size_t cou
     snprintf(b->what, sizeof b->what, "rank %d of %d: %s: message %d -> %d (%zu %s)", rank, n,
              label, src, dst, count, rcc_datatype_name(dt));
     if (give) {
-        fill(b->send, count, seed, src, dt, RCC_SUM);
+        td_fill(b->send, 0, count, seed, src, dt, RCC_SUM);
         bufs_snap(b);
     }
     if (take)
-        fill(b->want, count, seed, src, dt, RCC_SUM);
+        td_fill(b->want, 0, count, seed, src, dt, RCC_SUM);
 }
 
 /* ---- ring exchange in a group, both call orders --------------------------- */
@@ -385,7 +164,7 @@ static int rank_p2p_ring(int rank, int n, void *arg)
                 bad |= bufs_check(&out) | bufs_check(&in);
                 bufs_free(&out), bufs_free(&in);
             }
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(p2p_ring) { ck_assert_int_eq(mp_run(_i, rank_p2p_ring, NULL, 120), 0); }
@@ -442,7 +221,7 @@ static int rank_p2p_all_peers(int rank, int n, void *arg)
         }
     }
     free(out), free(in);
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(p2p_all_peers) { ck_assert_int_eq(mp_run(_i, rank_p2p_all_peers, NULL, 120), 0); }
@@ -501,7 +280,7 @@ static int rank_p2p_self(int rank, int n, void *arg)
     EXPECT_OK(rcc_wait_all(2, reqs), NULL);
     bad |= bufs_check(&b);
     bufs_free(&b);
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(p2p_self) { ck_assert_int_eq(mp_run(_i, rank_p2p_self, NULL, 60), 0); }
@@ -515,7 +294,7 @@ static int rank_p2p_nonblocking(int rank, int n, void *arg)
     rcc_comm_t comm = mp_comm(10000);
     int right = (rank + 1) % n, left = (rank + n - 1) % n, bad = 0;
     if (n == 1) /* nothing to exchange without a group; refusals: p2p_errors */
-        return finish(comm, 0);
+        return td_finish(comm, 0);
     /* Each rank sends a big message to the right and a small one to the
      * left, and receives the matching two, having posted both receives
      * before either send. With two ranks left == right: the messages
@@ -539,7 +318,7 @@ static int rank_p2p_nonblocking(int rank, int n, void *arg)
             usleep(2000);
         EXPECT_OK(rcc_isend(big_out.send, big, RCC_FLOAT32, right, comm, &reqs[2]), comm);
         EXPECT_OK(rcc_isend(small_out.send, small, RCC_INT32, left, comm, &reqs[3]), comm);
-        double t0 = now_s();
+        double t0 = td_now_s();
         if (round % 3 == 2) {
             for (int k = 3; k >= 0; k--)
                 EXPECT_OK(rcc_wait(&reqs[k]), NULL);
@@ -549,13 +328,13 @@ static int rank_p2p_nonblocking(int rank, int n, void *arg)
         for (int k = 0; k < 4; k++)
             if (reqs[k])
                 MP_FAIL("rank %d: request %d still set after it was waited for", rank, k);
-        if (now_s() - t0 > 10)
-            MP_FAIL("rank %d: round %d took %.1f s", rank, round, now_s() - t0);
+        if (td_now_s() - t0 > 10)
+            MP_FAIL("rank %d: round %d took %.1f s", rank, round, td_now_s() - t0);
         bad |= bufs_check(&big_out) | bufs_check(&small_out) | bufs_check(&big_in) |
                bufs_check(&small_in);
         bufs_free(&big_out), bufs_free(&small_out), bufs_free(&big_in), bufs_free(&small_in);
     }
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(p2p_nonblocking) { ck_assert_int_eq(mp_run(_i, rank_p2p_nonblocking, NULL, 120), 0); }
@@ -646,7 +425,7 @@ static int rank_p2p_in_order(int rank, int n, void *arg)
     for (int k = 0; k < NMSGS; k++)
         bufs_free(&out[k]), bufs_free(&in[k]);
     free(reqs), free(out), free(in);
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(p2p_in_order) { ck_assert_int_eq(mp_run(_i, rank_p2p_in_order, NULL, 120), 0); }
@@ -717,7 +496,7 @@ static int rank_p2p_errors(int rank, int n, void *arg)
     EXPECT_OK(rcc_group_end(), NULL);
     bad |= bufs_check(&out) | bufs_check(&in);
     bufs_free(&out), bufs_free(&in);
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(p2p_errors) { ck_assert_int_eq(mp_run(_i, rank_p2p_errors, NULL, 60), 0); }
@@ -740,26 +519,26 @@ static int rank_p2p_mismatch(int rank, int n, void *arg)
     rcc_comm_t comm = mp_comm(5000);
     size_t sent = variant == 2 ? (size_t)6 << 20 : 1000;
     size_t expected = variant == 1 ? sent + 1 : sent - 1;
-    double t0 = now_s();
+    double t0 = td_now_s();
     if (rank == 0) {
         bufs_t b;
         msg_init(&b, "mismatch", RCC_INT32, sent, 77, 0, 1, rank, n, MSG_AUTO);
         rcc_result_t res = rcc_send(b.send, sent, RCC_INT32, 1, comm);
-        double took = now_s() - t0;
+        double took = td_now_s() - t0;
         if (res != RCC_SUCCESS)
             fprintf(stderr, "(expected) rank 0: send of %zu int32 took %.2f s: %s: %s\n", sent,
                     took, rcc_result_name(res), rcc_last_error(comm));
         if (took > 12)
             MP_FAIL("the sender's rcc_send took %.1f s (%s)", took, rcc_result_name(res));
         /* Stay until the receiver has its answer. */
-        while (!atomic_load(&area->recv_done) && now_s() - t0 < 30)
+        while (!atomic_load(&area->recv_done) && td_now_s() - t0 < 30)
             usleep(1000);
         bufs_free(&b);
     } else if (rank == 1) {
         bufs_t b;
         bufs_init(&b, RCC_INT32, 0, expected);
         rcc_result_t res = rcc_recv(b.recv, expected, RCC_INT32, 0, comm);
-        double took = now_s() - t0;
+        double took = td_now_s() - t0;
         atomic_store(&area->recv_done, 1);
         fprintf(stderr, "(expected) rank 1: receive of %zu int32 for %zu sent: %.2f s: %s: %s\n",
                 expected, sent, took, rcc_result_name(res), rcc_last_error(comm));
@@ -768,13 +547,13 @@ static int rank_p2p_mismatch(int rank, int n, void *arg)
                     expected, sent, rcc_result_name(res), rcc_last_error(comm));
         if (took > 4)
             MP_FAIL("the mismatch took %.1f s to report", took);
-        if (!guards_intact(b.recv, expected * 4))
+        if (!td_guards_intact(b.recv, expected * 4))
             MP_FAIL("the failed receive wrote outside its buffer");
         bufs_free(&b);
     }
     /* The communicator may be broken now; destroying it must not hang. */
     rcc_result_t res = rcc_comm_destroy(comm);
-    double took = now_s() - t0;
+    double took = td_now_s() - t0;
     if (res != RCC_SUCCESS)
         fprintf(stderr, "(expected) rank %d: rcc_comm_destroy: %s\n", rank, rcc_result_name(res));
     if (took > 20)
@@ -805,8 +584,8 @@ static void a2a_init(bufs_t *b, rcc_datatype_t dt, size_t count, unsigned seed, 
     snprintf(b->what, sizeof b->what, "rank %d of %d: alltoall #%u (%zu %s per block)", rank, n,
              seed, count, rcc_datatype_name(dt));
     for (int p = 0; p < n; p++) {
-        fill(b->send + (size_t)p * block, count, a2a_seed(seed, p), rank, dt, RCC_SUM);
-        fill(b->want + (size_t)p * block, count, a2a_seed(seed, rank), p, dt, RCC_SUM);
+        td_fill(b->send + (size_t)p * block, 0, count, a2a_seed(seed, p), rank, dt, RCC_SUM);
+        td_fill(b->want + (size_t)p * block, 0, count, a2a_seed(seed, rank), p, dt, RCC_SUM);
     }
     bufs_snap(b);
 }
@@ -818,7 +597,8 @@ static int a2a_check(const bufs_t *b, size_t count, int n)
     for (int q = 0; q < n; q++) {
         char what[240];
         snprintf(what, sizeof what, "%s: block %d (from rank %d)", b->what, q, q);
-        if (compare(what, b->recv + (size_t)q * block, b->want + (size_t)q * block, count, b->dt))
+        if (td_compare(what, b->recv + (size_t)q * block, b->want + (size_t)q * block, count,
+                       b->dt))
             return 1;
     }
     return bufs_check(b);
@@ -883,7 +663,7 @@ static int rank_alltoall(int rank, int n, void *arg)
     EXPECT_OK(rcc_alltoall(b.send, b.recv, 33, RCC_INT32, comm), comm);
     bad |= a2a_check(&b, 33, n);
     bufs_free(&b);
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(alltoall) { ck_assert_int_eq(mp_run(_i, rank_alltoall, NULL, 120), 0); }
@@ -902,10 +682,10 @@ static void ar_init(bufs_t *b, rcc_datatype_t dt, rcc_redop_t op, size_t count, 
     bufs_init(b, dt, count, inplace ? 0 : count);
     snprintf(b->what, sizeof b->what, "rank %d of %d: allreduce #%u (%zu %s %s%s)", rank, n, seed,
              count, rcc_datatype_name(dt), rcc_redop_name(op), inplace ? ", in-place" : "");
-    fill(b->send, count, seed, me, dt, op);
+    td_fill(b->send, 0, count, seed, me, dt, op);
     if (!inplace)
         bufs_snap(b);
-    reference(b->want, count, who, n, seed, dt, op);
+    td_reference(b->want, 0, count, who, n, seed, dt, op);
 }
 
 /* The result of an in-place allreduce is in send. */
@@ -918,8 +698,8 @@ static int ar_check(bufs_t *b)
     /* In place: the result replaced the input. */
     char what[200];
     snprintf(what, sizeof what, "%s: buffer", b->what);
-    int bad = compare(what, b->send, b->want, b->scount, b->dt);
-    if (!guards_intact(b->send, b->scount * rcc_datatype_size(b->dt))) {
+    int bad = td_compare(what, b->send, b->want, b->scount, b->dt);
+    if (!td_guards_intact(b->send, b->scount * rcc_datatype_size(b->dt))) {
         fprintf(stderr, "%s: wrote outside its buffer\n", b->what);
         bad = 1;
     }
@@ -949,7 +729,7 @@ static int rank_group_500(int rank, int n, void *arg)
         bufs_free(&ops[k]);
     }
     free(ops);
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(group_500_allreduces) { ck_assert_int_eq(mp_run(_i, rank_group_500, NULL, 120), 0); }
@@ -1008,7 +788,7 @@ static int rank_group_mixed_types(int rank, int n, void *arg)
             bufs_free(&ops[k]);
         }
     }
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(group_mixed_types)
@@ -1048,7 +828,7 @@ static int rank_group_small_fusion(int rank, int n, void *arg)
         bufs_free(&ops[k]);
     }
     free(ops);
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(group_small_fusion)
@@ -1090,10 +870,10 @@ static int rank_group_nonblocking(int rank, int n, void *arg)
         ar_init(&c, RCC_FLOAT32, RCC_SUM, 77, 0, s + 3, NULL, rank, n);
         bufs_init(&g, RCC_FLOAT64, 301, (size_t)n * 301);
         snprintf(g.what, sizeof g.what, "rank %d of %d: iallgather in a group", rank, n);
-        fill(g.send, 301, s + 4, rank, RCC_FLOAT64, RCC_SUM);
+        td_fill(g.send, 0, 301, s + 4, rank, RCC_FLOAT64, RCC_SUM);
         bufs_snap(&g);
         for (int r = 0; r < n; r++)
-            fill(g.want + (size_t)r * 301 * 8, 301, s + 4, r, RCC_FLOAT64, RCC_SUM);
+            td_fill(g.want + (size_t)r * 301 * 8, 0, 301, s + 4, r, RCC_FLOAT64, RCC_SUM);
 
         EXPECT_OK(rcc_group_start(), NULL);
         EXPECT_OK(rcc_iallreduce(a.send, a.recv, 1000, RCC_INT32, RCC_SUM, comm, &a.req), comm);
@@ -1121,7 +901,7 @@ static int rank_group_nonblocking(int rank, int n, void *arg)
         bad |= ar_check(&a) | ar_check(&c) | bufs_check(&g);
         bufs_free(&a), bufs_free(&b), bufs_free(&c), bufs_free(&g);
     }
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(group_nonblocking) { ck_assert_int_eq(mp_run(_i, rank_group_nonblocking, NULL, 60), 0); }
@@ -1154,7 +934,7 @@ static int rank_group_nested(int rank, int n, void *arg)
     /* z: a broadcast from the last rank */
     bufs_init(&z, RCC_UINT8, 0, 4097);
     snprintf(z.what, sizeof z.what, "rank %d of %d: broadcast in a nested group", rank, n);
-    fill(z.want, 4097, 3, n - 1, RCC_UINT8, RCC_SUM);
+    td_fill(z.want, 0, 4097, 3, n - 1, RCC_UINT8, RCC_SUM);
     if (rank == n - 1)
         memcpy(z.recv, z.want, 4097);
 
@@ -1164,7 +944,7 @@ static int rank_group_nested(int rank, int n, void *arg)
     EXPECT_OK(rcc_iallreduce(y.send, y.recv, 333, RCC_FLOAT64, RCC_MAX, comm, &y.req), comm);
     EXPECT_OK(rcc_group_end(), NULL); /* inner: launches nothing */
     usleep(50000);                    /* time enough to finish, had it launched */
-    if (!all_bytes(x.recv, 500 * 4, UNWRITTEN))
+    if (!all_bytes(x.recv, 500 * 4, TD_UNWRITTEN))
         MP_FAIL("rank %d: the inner rcc_group_end launched the group's allreduce", rank);
     if (still_pending(&y.req, rank, "after the inner rcc_group_end"))
         return 1;
@@ -1179,7 +959,7 @@ static int rank_group_nested(int rank, int n, void *arg)
     EXPECT_OK(rcc_group_start(), NULL);
     EXPECT_OK(rcc_broadcast(z.recv, z.recv, 4097, RCC_UINT8, n - 1, comm), comm);
     EXPECT_OK(rcc_group_end(), NULL);
-    if (!all_bytes(x.recv, 500 * 4, UNWRITTEN))
+    if (!all_bytes(x.recv, 500 * 4, TD_UNWRITTEN))
         MP_FAIL("rank %d: a nested rcc_group_end launched the group", rank);
     EXPECT_OK(rcc_group_end(), NULL); /* outer: launches all three */
     bad |= ar_check(&x) | bufs_check(&z);
@@ -1191,7 +971,7 @@ static int rank_group_nested(int rank, int n, void *arg)
     EXPECT_RESULT(rcc_group_end(), RCC_ERR_INVALID_USAGE, "rcc_group_start", NULL);
     EXPECT_OK(rcc_group_start(), NULL);
     EXPECT_OK(rcc_group_end(), NULL);
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(group_nested) { ck_assert_int_eq(mp_run(_i, rank_group_nested, NULL, 60), 0); }
@@ -1231,18 +1011,18 @@ static int rank_group_mixed_kinds(int rank, int n, void *arg)
         /* broadcast of 3001 float64 from the last rank, out of place */
         bufs_init(&bc, RCC_FLOAT64, rank == root ? 3001 : 0, 3001);
         snprintf(bc.what, sizeof bc.what, "rank %d of %d: broadcast in a mixed group", rank, n);
-        fill(bc.want, 3001, s + 6, root, RCC_FLOAT64, RCC_SUM);
+        td_fill(bc.want, 0, 3001, s + 6, root, RCC_FLOAT64, RCC_SUM);
         if (rank == root) {
-            fill(bc.send, 3001, s + 6, root, RCC_FLOAT64, RCC_SUM);
+            td_fill(bc.send, 0, 3001, s + 6, root, RCC_FLOAT64, RCC_SUM);
             bufs_snap(&bc);
         }
         /* allgather of 777 bfloat16 */
         bufs_init(&ag, RCC_BFLOAT16, 777, (size_t)n * 777);
         snprintf(ag.what, sizeof ag.what, "rank %d of %d: allgather in a mixed group", rank, n);
-        fill(ag.send, 777, s + 7, rank, RCC_BFLOAT16, RCC_SUM);
+        td_fill(ag.send, 0, 777, s + 7, rank, RCC_BFLOAT16, RCC_SUM);
         bufs_snap(&ag);
         for (int r = 0; r < n; r++)
-            fill(ag.want + (size_t)r * 777 * 2, 777, s + 7, r, RCC_BFLOAT16, RCC_SUM);
+            td_fill(ag.want + (size_t)r * 777 * 2, 0, 777, s + 7, r, RCC_BFLOAT16, RCC_SUM);
         msg_init(&out, "mixed group", RCC_UINT8, 5000, msg_seed(s + 8, rank, right, 0), rank, right,
                  rank, n, MSG_OUT);
         msg_init(&in, "mixed group", RCC_UINT8, 5000, msg_seed(s + 8, left, rank, 0), left, rank,
@@ -1274,7 +1054,7 @@ static int rank_group_mixed_kinds(int rank, int n, void *arg)
         bufs_free(&a), bufs_free(&d), bufs_free(&e), bufs_free(&h), bufs_free(&i);
         bufs_free(&bc), bufs_free(&ag), bufs_free(&out), bufs_free(&in), bufs_free(&at);
     }
-    return finish(comm, bad);
+    return td_finish(comm, bad);
 }
 
 START_TEST(group_mixed_kinds) { ck_assert_int_eq(mp_run(_i, rank_group_mixed_kinds, NULL, 60), 0); }
@@ -1324,10 +1104,10 @@ static int exercise(rcc_comm_t c, const int *who, int rank, int n, unsigned seed
     bufs_init(&g, p->dt, count, (size_t)n * count);
     snprintf(g.what, sizeof g.what, "rank %d of %d (world %d): allgather #%u (%zu %s)", rank, n,
              who[rank], seed, count, rcc_datatype_name(p->dt));
-    fill(g.send, count, seed + 1, who[rank], p->dt, RCC_SUM);
+    td_fill(g.send, 0, count, seed + 1, who[rank], p->dt, RCC_SUM);
     bufs_snap(&g);
     for (int j = 0; j < n; j++)
-        fill(g.want + (size_t)j * count * es, count, seed + 1, who[j], p->dt, RCC_SUM);
+        td_fill(g.want + (size_t)j * count * es, 0, count, seed + 1, who[j], p->dt, RCC_SUM);
     res = rcc_allgather(g.send, g.recv, count, p->dt, c);
     if (res != RCC_SUCCESS) {
         fprintf(stderr, "%s: %s: %s\n", g.what, rcc_result_name(res), rcc_last_error(c));
@@ -1430,7 +1210,7 @@ static int rank_split_grid(int rank, int n, void *arg)
         EXPECT_OK(rcc_comm_destroy(even), NULL);
     EXPECT_OK(rcc_comm_destroy(row), NULL);
     EXPECT_OK(rcc_comm_destroy(col), NULL);
-    return finish(world, bad);
+    return td_finish(world, bad);
 }
 
 START_TEST(split_grid) { ck_assert_int_eq(mp_run(6, rank_split_grid, NULL, 120), 0); }
@@ -1489,7 +1269,7 @@ static int rank_split_one_color(int rank, int n, void *arg)
     EXPECT_OK(rcc_comm_destroy(rev), NULL);
     EXPECT_OK(rcc_comm_destroy(world), NULL);
     bad |= exercise(ties, who, mine, n, 400, 333, 3);
-    return finish(ties, bad);
+    return td_finish(ties, bad);
 }
 
 START_TEST(split_one_color) { ck_assert_int_eq(mp_run(_i, rank_split_one_color, NULL, 60), 0); }
