@@ -163,9 +163,9 @@ static rcc_result_t coll_enter(const char *name, struct rcc_comm *comm, rcc_requ
 
 static rcc_result_t coll_allreduce(const char *name, const void *sendbuf, void *recvbuf,
                                    size_t count, rcc_datatype_t dtype, rcc_redop_t redop,
-                                   rcc_comm_t comm, rcc_request_t *req)
+                                   rcc_comm_t comm, rcc_request_t *req, int nonblocking)
 {
-    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     res = coll_check_type(name, dtype, count, 1);
@@ -190,24 +190,23 @@ static rcc_result_t coll_allreduce(const char *name, const void *sendbuf, void *
 rcc_result_t rcc_allreduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                            rcc_redop_t redop, rcc_comm_t comm)
 {
-    return coll_allreduce("rcc_allreduce", sendbuf, recvbuf, count, dtype, redop, comm, NULL);
+    return coll_allreduce("rcc_allreduce", sendbuf, recvbuf, count, dtype, redop, comm, NULL, 0);
 }
 
 rcc_result_t rcc_iallreduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                             rcc_redop_t redop, rcc_comm_t comm, rcc_request_t *req)
 {
-    if (!req)
-        return coll_enter("rcc_iallreduce", comm, req, 1);
-    return coll_allreduce("rcc_iallreduce", sendbuf, recvbuf, count, dtype, redop, comm, req);
+    return coll_allreduce("rcc_iallreduce", sendbuf, recvbuf, count, dtype, redop, comm, req, 1);
 }
 
 /* ---- reduce-scatter and allgather --------------------------------------------- */
 
 static rcc_result_t coll_blocks(const char *name, rcci_coll_t coll, const void *sendbuf,
                                 void *recvbuf, size_t count, rcc_datatype_t dtype,
-                                rcc_redop_t redop, rcc_comm_t comm, rcc_request_t *req)
+                                rcc_redop_t redop, rcc_comm_t comm, rcc_request_t *req,
+                                int nonblocking)
 {
-    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     res = coll_check_type(name, dtype, count, (size_t)comm->nranks);
@@ -237,42 +236,39 @@ rcc_result_t rcc_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvc
                                 rcc_datatype_t dtype, rcc_redop_t redop, rcc_comm_t comm)
 {
     return coll_blocks("rcc_reduce_scatter", RCCI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount,
-                       dtype, redop, comm, NULL);
+                       dtype, redop, comm, NULL, 0);
 }
 
 rcc_result_t rcc_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
                                  rcc_datatype_t dtype, rcc_redop_t redop, rcc_comm_t comm,
                                  rcc_request_t *req)
 {
-    if (!req)
-        return coll_enter("rcc_ireduce_scatter", comm, req, 1);
     return coll_blocks("rcc_ireduce_scatter", RCCI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount,
-                       dtype, redop, comm, req);
+                       dtype, redop, comm, req, 1);
 }
 
 rcc_result_t rcc_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                            rcc_datatype_t dtype, rcc_comm_t comm)
 {
     return coll_blocks("rcc_allgather", RCCI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
-                       RCC_SUM, comm, NULL);
+                       RCC_SUM, comm, NULL, 0);
 }
 
 rcc_result_t rcc_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                             rcc_datatype_t dtype, rcc_comm_t comm, rcc_request_t *req)
 {
-    if (!req)
-        return coll_enter("rcc_iallgather", comm, req, 1);
     return coll_blocks("rcc_iallgather", RCCI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
-                       RCC_SUM, comm, req);
+                       RCC_SUM, comm, req, 1);
 }
 
 /* ---- broadcast and reduce ----------------------------------------------------- */
 
 static rcc_result_t coll_rooted(const char *name, rcci_coll_t coll, const void *sendbuf,
                                 void *recvbuf, size_t count, rcc_datatype_t dtype,
-                                rcc_redop_t redop, int root, rcc_comm_t comm, rcc_request_t *req)
+                                rcc_redop_t redop, int root, rcc_comm_t comm, rcc_request_t *req,
+                                int nonblocking)
 {
-    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     res = coll_check_type(name, dtype, count, 1);
@@ -306,39 +302,36 @@ rcc_result_t rcc_broadcast(const void *sendbuf, void *recvbuf, size_t count, rcc
                            int root, rcc_comm_t comm)
 {
     return coll_rooted("rcc_broadcast", RCCI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype,
-                       RCC_SUM, root, comm, NULL);
+                       RCC_SUM, root, comm, NULL, 0);
 }
 
 rcc_result_t rcc_ibroadcast(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                             int root, rcc_comm_t comm, rcc_request_t *req)
 {
-    if (!req)
-        return coll_enter("rcc_ibroadcast", comm, req, 1);
     return coll_rooted("rcc_ibroadcast", RCCI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype,
-                       RCC_SUM, root, comm, req);
+                       RCC_SUM, root, comm, req, 1);
 }
 
 rcc_result_t rcc_reduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                         rcc_redop_t redop, int root, rcc_comm_t comm)
 {
     return coll_rooted("rcc_reduce", RCCI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, redop, root,
-                       comm, NULL);
+                       comm, NULL, 0);
 }
 
 rcc_result_t rcc_ireduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                          rcc_redop_t redop, int root, rcc_comm_t comm, rcc_request_t *req)
 {
-    if (!req)
-        return coll_enter("rcc_ireduce", comm, req, 1);
     return coll_rooted("rcc_ireduce", RCCI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, redop, root,
-                       comm, req);
+                       comm, req, 1);
 }
 
 /* ---- barrier ------------------------------------------------------------------ */
 
-static rcc_result_t coll_barrier(const char *name, rcc_comm_t comm, rcc_request_t *req)
+static rcc_result_t coll_barrier(const char *name, rcc_comm_t comm, rcc_request_t *req,
+                                 int nonblocking)
 {
-    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     rcci_op_t tmpl = {.coll = RCCI_COLL_BARRIER,
@@ -348,21 +341,20 @@ static rcc_result_t coll_barrier(const char *name, rcc_comm_t comm, rcc_request_
     return coll_call(comm, RCC_SUCCESS, &tmpl, req);
 }
 
-rcc_result_t rcc_barrier(rcc_comm_t comm) { return coll_barrier("rcc_barrier", comm, NULL); }
+rcc_result_t rcc_barrier(rcc_comm_t comm) { return coll_barrier("rcc_barrier", comm, NULL, 0); }
 
 rcc_result_t rcc_ibarrier(rcc_comm_t comm, rcc_request_t *req)
 {
-    if (!req)
-        return coll_enter("rcc_ibarrier", comm, req, 1);
-    return coll_barrier("rcc_ibarrier", comm, req);
+    return coll_barrier("rcc_ibarrier", comm, req, 1);
 }
 
 /* ---- point to point ----------------------------------------------------------- */
 
 static rcc_result_t coll_p2p(const char *name, int is_send, const void *buf, size_t count,
-                             rcc_datatype_t dtype, int peer, rcc_comm_t comm, rcc_request_t *req)
+                             rcc_datatype_t dtype, int peer, rcc_comm_t comm, rcc_request_t *req,
+                             int nonblocking)
 {
-    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     res = coll_check_type(name, dtype, count, 1);
@@ -394,37 +386,33 @@ static rcc_result_t coll_p2p(const char *name, int is_send, const void *buf, siz
 rcc_result_t rcc_send(const void *sendbuf, size_t count, rcc_datatype_t dtype, int peer,
                       rcc_comm_t comm)
 {
-    return coll_p2p("rcc_send", 1, sendbuf, count, dtype, peer, comm, NULL);
+    return coll_p2p("rcc_send", 1, sendbuf, count, dtype, peer, comm, NULL, 0);
 }
 
 rcc_result_t rcc_recv(void *recvbuf, size_t count, rcc_datatype_t dtype, int peer, rcc_comm_t comm)
 {
-    return coll_p2p("rcc_recv", 0, recvbuf, count, dtype, peer, comm, NULL);
+    return coll_p2p("rcc_recv", 0, recvbuf, count, dtype, peer, comm, NULL, 0);
 }
 
 rcc_result_t rcc_isend(const void *sendbuf, size_t count, rcc_datatype_t dtype, int peer,
                        rcc_comm_t comm, rcc_request_t *req)
 {
-    if (!req)
-        return coll_enter("rcc_isend", comm, req, 1);
-    return coll_p2p("rcc_isend", 1, sendbuf, count, dtype, peer, comm, req);
+    return coll_p2p("rcc_isend", 1, sendbuf, count, dtype, peer, comm, req, 1);
 }
 
 rcc_result_t rcc_irecv(void *recvbuf, size_t count, rcc_datatype_t dtype, int peer, rcc_comm_t comm,
                        rcc_request_t *req)
 {
-    if (!req)
-        return coll_enter("rcc_irecv", comm, req, 1);
-    return coll_p2p("rcc_irecv", 0, recvbuf, count, dtype, peer, comm, req);
+    return coll_p2p("rcc_irecv", 0, recvbuf, count, dtype, peer, comm, req, 1);
 }
 
 /* Alltoall: block p of sendbuf goes to rank p, which stores it at block
  * `rank` of its recvbuf; one point-to-point operation of 2n messages. */
 static rcc_result_t coll_alltoall(const char *name, const void *sendbuf, void *recvbuf,
                                   size_t count, rcc_datatype_t dtype, rcc_comm_t comm,
-                                  rcc_request_t *req)
+                                  rcc_request_t *req, int nonblocking)
 {
-    rcc_result_t res = coll_enter(name, comm, req, req != NULL);
+    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     int n = comm->nranks;
@@ -461,15 +449,13 @@ static rcc_result_t coll_alltoall(const char *name, const void *sendbuf, void *r
 rcc_result_t rcc_alltoall(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                           rcc_comm_t comm)
 {
-    return coll_alltoall("rcc_alltoall", sendbuf, recvbuf, count, dtype, comm, NULL);
+    return coll_alltoall("rcc_alltoall", sendbuf, recvbuf, count, dtype, comm, NULL, 0);
 }
 
 rcc_result_t rcc_ialltoall(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                            rcc_comm_t comm, rcc_request_t *req)
 {
-    if (!req)
-        return coll_enter("rcc_ialltoall", comm, req, 1);
-    return coll_alltoall("rcc_ialltoall", sendbuf, recvbuf, count, dtype, comm, req);
+    return coll_alltoall("rcc_ialltoall", sendbuf, recvbuf, count, dtype, comm, req, 1);
 }
 
 /* ---- requests ----------------------------------------------------------------- */

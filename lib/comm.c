@@ -19,6 +19,9 @@
 
 #define COMM_MAX_TRANSPORTS 8
 
+/* The bootstrap's secret is handed to the transports as it is. */
+_Static_assert(RCCI_SECRET_BYTES == RCCI_SOCK_SECRET_BYTES, "one job secret size");
+
 /* ---- helpers ---------------------------------------------------------------- */
 
 static rcc_result_t comm_random(void *buf, size_t len)
