@@ -122,6 +122,10 @@ static rcc_result_t comm_read_config(struct rcc_comm *comm, const rcc_config_t *
     comm->timeout_ns = rcci_param_int(RCCI_PARAM_TIMEOUT) * 1000000000ll;
     comm->chunk_bytes = (size_t)rcci_param_int(RCCI_PARAM_CHUNK_BYTES);
     comm->slots = (int)rcci_param_int(RCCI_PARAM_SLOTS);
+    const char *algo = rcci_param_str(RCCI_PARAM_ALGO);
+    if (strcmp(algo, "auto") && strcmp(algo, "ring") && strcmp(algo, "direct"))
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "RCC_ALGO='%s' is not an algorithm: use auto, ring or direct", algo);
     if (!config)
         return RCC_SUCCESS;
     if (config->magic != RCC_CONFIG_MAGIC ||
@@ -243,15 +247,18 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     rcci_p2p_links_t *p2p = &comm->p2p;
     p2p->tr = comm->recv_link.tr;
     p2p->tctx = comm->recv_link.tctx;
-    p2p->out = calloc((size_t)comm->nranks, sizeof *p2p->out);
-    p2p->in = calloc((size_t)comm->nranks, sizeof *p2p->in);
-    p2p->out_seq = calloc((size_t)comm->nranks, sizeof *p2p->out_seq);
-    p2p->in_seq = calloc((size_t)comm->nranks, sizeof *p2p->in_seq);
-    p2p->out_posted = calloc((size_t)comm->nranks, sizeof *p2p->out_posted);
-    p2p->in_posted = calloc((size_t)comm->nranks, sizeof *p2p->in_posted);
-    if (!p2p->out || !p2p->in || !p2p->out_seq || !p2p->in_seq || !p2p->out_posted ||
-        !p2p->in_posted)
-        RCC_FAIL(RCC_ERR_NO_MEMORY, "point-to-point tables for %d ranks", comm->nranks);
+    for (int l = 0; l < RCCI_P2P_LANES; l++) {
+        rcci_p2p_lane_t *lane = &p2p->lane[l];
+        size_t n = (size_t)comm->nranks;
+        lane->out = calloc(n, sizeof *lane->out);
+        lane->in = calloc(n, sizeof *lane->in);
+        lane->out_seq = calloc(4 * n, sizeof *lane->out_seq); /* one block, four counters */
+        if (!lane->out || !lane->in || !lane->out_seq)
+            RCC_FAIL(RCC_ERR_NO_MEMORY, "point-to-point tables for %d ranks", comm->nranks);
+        lane->in_seq = lane->out_seq + n;
+        lane->out_posted = lane->out_seq + 2 * n;
+        lane->in_posted = lane->out_seq + 3 * n;
+    }
     p2p->listener = listener;
     listener = NULL;
     p2p->handles = handles;
@@ -274,12 +281,11 @@ static void comm_free(struct rcc_comm *comm)
     if (comm->p2p.listener)
         comm->p2p.tr->close_listener(comm->p2p.listener);
     free(comm->p2p.handles);
-    free(comm->p2p.out);
-    free(comm->p2p.in);
-    free(comm->p2p.out_seq);
-    free(comm->p2p.in_seq);
-    free(comm->p2p.out_posted);
-    free(comm->p2p.in_posted);
+    for (int l = 0; l < RCCI_P2P_LANES; l++) {
+        free(comm->p2p.lane[l].out);
+        free(comm->p2p.lane[l].in);
+        free(comm->p2p.lane[l].out_seq); /* holds all four counters */
+    }
     rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
     for (int i = 0; i < 2; i++)
         if (links[i]->conn)

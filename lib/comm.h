@@ -15,12 +15,18 @@
 #include "ringcc.h"
 #include "transport.h"
 
+/* Point-to-point connections come in lanes: the user's sends and receives,
+ * and collectives that exchange directly with every peer (small-message
+ * allreduce), so that the two never meet in one ordered stream. */
+enum { RCCI_LANE_USER = 0, RCCI_LANE_COLL = 1, RCCI_P2P_LANES = 2 };
+
 /* One message of a point-to-point operation (send, recv, alltoall). */
 typedef struct {
     int peer;
     int is_send;
     char *buf;
     size_t bytes;
+    int lane;
 } rcci_p2p_msg_t;
 
 /* One collective call, from the caller's thread to the progress thread and
@@ -37,6 +43,7 @@ typedef struct rcci_op {
     rcc_datatype_t dtype;
     rcc_redop_t redop;
     int root;
+    int direct;          /* an allreduce run as a direct exchange (coll/p2p.c) */
     atomic_int launched; /* enqueued (inside a group: only at rcc_group_end) */
     /* A fused operation (group.c): one allreduce over `fusion_buf` standing
      * for its members, which complete when it does. */
@@ -57,17 +64,22 @@ typedef struct rcci_op {
                                                   buffers, point-to-point messages */
 } rcci_op_t;
 
-/* Point-to-point connections, one per peer and direction, made on first use
- * through the listener every rank keeps open (coll/p2p.c). Messages between
- * two ranks are matched in call order by per-direction sequence numbers. */
+/* Point-to-point connections, one per lane, peer and direction, made on
+ * first use through the listener every rank keeps open (coll/p2p.c).
+ * Messages between two ranks are matched in call order by per-direction
+ * sequence numbers. */
+typedef struct {
+    rcci_conn_t **out, **in;
+    uint32_t *out_seq, *in_seq;       /* messages numbered so far */
+    uint32_t *out_posted, *in_posted; /* messages handed to the transport so far */
+} rcci_p2p_lane_t;
+
 typedef struct {
     const rcci_transport_t *tr;
     void *tctx;
     rcci_listener_t *listener;
     char *handles; /* every rank's listener handle, RCCI_HANDLE_BYTES each */
-    rcci_conn_t **out, **in;
-    uint32_t *out_seq, *in_seq;       /* messages numbered so far */
-    uint32_t *out_posted, *in_posted; /* messages handed to the transport so far */
+    rcci_p2p_lane_t lane[RCCI_P2P_LANES];
 } rcci_p2p_links_t;
 
 /* One ring edge: the connection and the transport that runs it. */
@@ -166,6 +178,14 @@ rcc_result_t rcci_p2p_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **
 rcc_result_t rcci_p2p_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed, int *done);
 void rcci_p2p_finish(struct rcc_comm *comm, rcci_exec_t *exec);
 void rcci_p2p_close(struct rcc_comm *comm);
+/* The small-message allreduce: every rank sends its input to every other
+ * and reduces all inputs in rank order (identical bits everywhere); one
+ * exchange instead of 2(n-1) ring steps. Runs on the point-to-point
+ * executor (rcci_p2p_advance/finish). */
+rcc_result_t rcci_direct_allreduce_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec);
+/* Whether an allreduce of `bytes` on `comm` takes the direct exchange
+ * (RCC_ALGO, RCC_DIRECT_MAX_BYTES); the same answer on every rank. */
+int rcci_use_direct_allreduce(const struct rcc_comm *comm, size_t bytes);
 /* Adds a connection's descriptor to the progress thread's epoll set. */
 rcc_result_t rcci_progress_watch(struct rcc_comm *comm, int fd);
 

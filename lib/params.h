@@ -25,6 +25,10 @@
     X(SOCKET_BUF_BYTES, INT, "4M", 0, 1073741824,                                                  \
       "SO_SNDBUF/SO_RCVBUF for data sockets; 0 leaves the kernel's autotuning")                    \
     X(TRANSPORT, STR, "", 0, 0, "force a transport by name (tcp); default: best per peer")         \
+    X(ALGO, STR, "auto", 0, 0,                                                                     \
+      "allreduce algorithm: auto (direct below RCC_DIRECT_MAX_BYTES, else ring), ring or direct")  \
+    X(DIRECT_MAX_BYTES, INT, "16K", 0, 1ll << 30,                                                  \
+      "largest allreduce (bytes per rank) that auto sends to every peer at once")                  \
     X(FUSION_BYTES, INT, "64M", 0, 1ll << 40,                                                      \
       "largest fused buffer for allreduces issued in one group; 0 disables fusion")
 

@@ -97,22 +97,30 @@ static void progress_sleep(struct rcc_comm *comm, int ms)
 }
 
 /* Point-to-point operations have their own executor; the rest are schedules. */
+static int exec_is_p2p(const rcci_op_t *op) { return op->coll == RCCI_COLL_P2P || op->direct; }
+
 static rcc_result_t exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec)
 {
-    return op->coll == RCCI_COLL_P2P ? rcci_p2p_start(comm, op, exec)
-                                     : rcci_coll_start(comm, op, exec);
+    if (op->coll == RCCI_COLL_P2P)
+        return rcci_p2p_start(comm, op, exec);
+    if (op->coll == RCCI_COLL_ALLREDUCE &&
+        rcci_use_direct_allreduce(comm, op->count * rcc_datatype_size(op->dtype))) {
+        op->direct = 1;
+        return rcci_direct_allreduce_start(comm, op, exec);
+    }
+    return rcci_coll_start(comm, op, exec);
 }
 
 static rcc_result_t exec_advance(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec,
                                  int *progressed, int *done)
 {
-    return op->coll == RCCI_COLL_P2P ? rcci_p2p_advance(comm, exec, progressed, done)
-                                     : rcci_coll_advance(comm, exec, progressed, done);
+    return exec_is_p2p(op) ? rcci_p2p_advance(comm, exec, progressed, done)
+                           : rcci_coll_advance(comm, exec, progressed, done);
 }
 
 static void exec_finish(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec)
 {
-    if (op->coll == RCCI_COLL_P2P)
+    if (exec_is_p2p(op))
         rcci_p2p_finish(comm, exec);
     else
         rcci_coll_finish(comm, exec);

@@ -26,7 +26,7 @@
 
 #include "ringcc.h"
 
-#define RCCI_TRANSPORT_ABI 1
+#define RCCI_TRANSPORT_ABI 2
 
 /* Connection handles (listen addresses, memory keys) travel through the
  * bootstrap as opaque blobs of at most this size. */
@@ -137,6 +137,12 @@ typedef struct rcci_transport {
     /* Closes the connection; outstanding requests are cancelled and freed. */
     void (*close)(rcci_conn_t *conn);
     /* -- end of version 1; append new fields below, never reorder -- */
+
+    /* -- version 2 -- */
+    /* Whether the peer is still there, without waiting and without taking
+     * any data: RCC_ERR_PEER_LOST once the connection is known to be closed
+     * (used while waiting for something the peer should start). */
+    rcc_result_t (*probe)(rcci_conn_t *conn);
 } rcci_transport_t;
 
 /* Transports built into this library, in priority order, NULL-terminated. */

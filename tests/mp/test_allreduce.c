@@ -191,9 +191,10 @@ END_TEST
 
 static int rank_identical_bits(int rank, int n, void *arg)
 {
-    (void)arg;
+    if (arg) /* the direct exchange, which every rank reduces by itself */
+        setenv("RCC_ALGO", "direct", 1);
     rcc_comm_t comm = mp_comm(60000);
-    size_t count = 1000003;
+    size_t count = arg ? 5003 : 1000003;
     float *x = malloc(count * sizeof *x);
     double *exact = calloc(count, sizeof *exact);
     for (int r = 0; r < n; r++) {
@@ -225,7 +226,39 @@ static int rank_identical_bits(int rank, int n, void *arg)
     return 0;
 }
 
-START_TEST(identical_bits) { ck_assert_int_eq(mp_run(_i, rank_identical_bits, NULL, 300), 0); }
+START_TEST(identical_bits)
+{
+    ck_assert_int_eq(mp_run(_i, rank_identical_bits, NULL, 300), 0);
+    ck_assert_int_eq(mp_run(_i, rank_identical_bits, (void *)1, 300), 0);
+}
+END_TEST
+
+/* ---- each algorithm forced: ring and direct exchange ------------------------- */
+
+static int rank_algorithms(int rank, int n, void *arg)
+{
+    /* Parameters are read once per process: set before the communicator. */
+    setenv("RCC_ALGO", arg ? "direct" : "ring", 1);
+    rcc_comm_t comm = mp_comm(60000);
+    static const size_t counts[] = {1, 3, 1021, 65537};
+    static const rcc_datatype_t dts[] = {RCC_INT8, RCC_FLOAT16, RCC_FLOAT32, RCC_BFLOAT16,
+                                         RCC_UINT64};
+    int bad = 0;
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (int op = 0; op < RCC_NUM_OPS; op++)
+            for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+                bad |= check_one(comm, rank, n, counts[c], dts[d], op, (int)c & 1);
+    rcc_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(ring_algorithm_forced) { ck_assert_int_eq(mp_run(_i, rank_algorithms, NULL, 300), 0); }
+END_TEST
+
+START_TEST(direct_algorithm_forced)
+{
+    ck_assert_int_eq(mp_run(_i, rank_algorithms, (void *)1, 300), 0);
+}
 END_TEST
 
 /* ---- more than 2^31 elements ------------------------------------------------- */
@@ -500,6 +533,8 @@ static Suite *allreduce_suite(void)
     tcase_add_loop_test(tc, back_to_back_1000, 1, 6);
     tcase_add_loop_test(tc, two_communicators, 1, 6);
     tcase_add_loop_test(tc, identical_bits, 2, 6);
+    tcase_add_loop_test(tc, ring_algorithm_forced, 1, 6);
+    tcase_add_loop_test(tc, direct_algorithm_forced, 1, 6);
     tcase_add_test(tc, more_than_2g_elements);
     suite_add_tcase(s, tc);
     TCase *errors = tcase_create("errors");

@@ -164,7 +164,9 @@ static rcc_result_t tcp_connect(void *tctx, const void *handle, uint32_t tag, in
     char text[80];
     rcci_addr_format(&addr, text, sizeof text);
     int fd;
-    res = rcci_sock_connect(&addr, deadline_ns, 1, &fd);
+    /* The peer's listener is up before its handle is published, so a
+     * refusal means the peer is gone: no retrying. */
+    res = rcci_sock_connect(&addr, deadline_ns, 0, &fd);
     if (res != RCC_SUCCESS)
         return res;
     rcci_hello_t hello = {.kind = RCCI_HELLO_TCP,
@@ -364,6 +366,21 @@ static rcc_result_t tcp_test(rcci_request_t *r, int *done)
 
 static int tcp_wait_fd(rcci_conn_t *c) { return c->fd; }
 
+static rcc_result_t tcp_probe(rcci_conn_t *c)
+{
+    if (c->failed != RCC_SUCCESS)
+        return rcci_error(c->failed, "%s", c->failure);
+    if (c->recvs.head)
+        return RCC_SUCCESS; /* a posted receive notices a close by itself */
+    char byte;
+    ssize_t r = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0)
+        return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s closed the connection", c->peer));
+    if (r < 0 && errno != EAGAIN && errno != EINTR)
+        return tcp_fail(c, rcci_error_errno(RCC_ERR_PEER_LOST, errno, "%s", c->peer));
+    return RCC_SUCCESS;
+}
+
 static void tcp_close(rcci_conn_t *c)
 {
     if (!c)
@@ -395,4 +412,5 @@ const rcci_transport_t rcci_transport_tcp = {
     .write = rcci_transport_unsupported_write,
     .wait_fd = tcp_wait_fd,
     .close = tcp_close,
+    .probe = tcp_probe,
 };
