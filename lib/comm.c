@@ -301,6 +301,7 @@ static void comm_free(struct rcc_comm *comm)
     free(comm->slot_mem);
     free(comm->stage_mem);
     free(comm->scratch);
+    free(comm->fusion_cache);
     pthread_mutex_destroy(&comm->lock);
     pthread_cond_destroy(&comm->cond);
     free(comm);
@@ -656,7 +657,8 @@ rcc_result_t rcci_comm_leave(struct rcc_comm *comm, rcc_result_t res)
     comm_set_error(comm, res);
     pthread_mutex_lock(&comm->lock);
     comm->callers--;
-    pthread_cond_broadcast(&comm->cond);
+    if (atomic_load(&comm->aborted)) /* only rcc_comm_abort waits for callers */
+        pthread_cond_broadcast(&comm->cond);
     pthread_mutex_unlock(&comm->lock);
     return res;
 }

@@ -50,6 +50,8 @@ typedef struct rcci_op {
     struct rcci_op **members;
     int nmembers;
     char *fusion_buf;
+    size_t fusion_bytes;
+    struct rcc_comm *fusion_comm; /* whose buffer cache fusion_buf goes back to */
     /* Point-to-point messages (RCCI_COLL_P2P), in call order. */
     rcci_p2p_msg_t *msgs;
     int nmsgs;
@@ -103,10 +105,12 @@ struct rcc_comm {
     rcci_link_t send_link; /* to rank + 1 */
     rcci_link_t recv_link; /* from rank - 1 */
     rcci_p2p_links_t p2p;
-    int poll_ms;     /* set by an executor waiting on something epoll cannot see */
-    char *slot_mem;  /* slots x chunk_bytes: receive slots for reductions */
-    char *stage_mem; /* slots x chunk_bytes: partial results waiting to be sent */
-    char *scratch;   /* grow-only scratch for schedules that need it */
+    int poll_ms;        /* set by an executor waiting on something epoll cannot see */
+    char *slot_mem;     /* slots x chunk_bytes: receive slots for reductions */
+    char *stage_mem;    /* slots x chunk_bytes: partial results waiting to be sent */
+    char *fusion_cache; /* one spare fusion buffer (group.c), under `lock` */
+    size_t fusion_cache_bytes;
+    char *scratch; /* grow-only scratch for schedules that need it */
     size_t scratch_bytes;
 
     /* Progress thread and its queue. */

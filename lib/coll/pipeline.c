@@ -68,6 +68,27 @@ static rcc_result_t pipe_scratch(struct rcc_comm *comm, size_t bytes)
     return RCC_SUCCESS;
 }
 
+/* Chunks of RCC_CHUNK_BYTES, but at least PIPE_MIN_CHUNKS per segment (down
+ * to PIPE_FLOOR_BYTES): a mid-sized buffer cut into two chunks per segment
+ * leaves the pipeline mostly empty (4 ranks, 4 MiB: 9.8 ms with 512K chunks,
+ * 8.2 ms with 128K). Depends only on the operation and the rank count, so
+ * every rank cuts alike. */
+#define PIPE_MIN_CHUNKS 8
+#define PIPE_FLOOR_BYTES (64 * 1024)
+
+static size_t pipe_chunk_elems(const struct rcc_comm *comm, const rcci_op_t *op, size_t esize)
+{
+    int blocks = op->coll == RCCI_COLL_REDUCE_SCATTER || op->coll == RCCI_COLL_ALLGATHER;
+    int chain = op->coll == RCCI_COLL_BROADCAST || op->coll == RCCI_COLL_REDUCE;
+    size_t segment = (blocks || chain ? op->count : op->count / (size_t)comm->nranks) * esize;
+    size_t bytes = segment / PIPE_MIN_CHUNKS;
+    if (bytes < PIPE_FLOOR_BYTES)
+        bytes = PIPE_FLOOR_BYTES;
+    if (bytes > comm->chunk_bytes)
+        bytes = comm->chunk_bytes;
+    return bytes / esize ? bytes / esize : 1;
+}
+
 rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **out)
 {
     rcci_exec_t *x = calloc(1, sizeof *x);
@@ -91,7 +112,7 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
                                  .scratch = comm->scratch,
                                  .stage = comm->stage_mem,
                                  .slots = (size_t)comm->slots,
-                                 .chunk_elems = comm->chunk_bytes / esize};
+                                 .chunk_elems = pipe_chunk_elems(comm, op, esize)};
     rcci_schedule_init(&x->sched);
     x->sreq = calloc((size_t)comm->slots, sizeof *x->sreq);
     x->rreq = calloc((size_t)comm->slots, sizeof *x->rreq);
