@@ -15,6 +15,7 @@
 
 static rcc_comm_t fus_comm;
 static int fus_rank, fus_nranks;
+static size_t fus_stride; /* elements from one tensor's start to the next's */
 
 static void fus_check(rcc_result_t res, const char *what)
 {
@@ -49,7 +50,7 @@ static void fus_fill(float *buf, int k, size_t count)
 {
     for (int t = 0; t < k; t++)
         for (size_t i = 0; i < count; i++)
-            buf[(size_t)t * count + i] = (float)(t % 13 + (int)(i % 7) + fus_rank);
+            buf[(size_t)t * fus_stride + i] = (float)(t % 13 + (int)(i % 7) + fus_rank);
 }
 
 static long fus_wrong(const float *buf, int k, size_t count)
@@ -58,7 +59,7 @@ static long fus_wrong(const float *buf, int k, size_t count)
     float ranks = (float)(fus_nranks * (fus_nranks - 1) / 2);
     for (int t = 0; t < k; t++)
         for (size_t i = 0; i < count; i++)
-            wrong += buf[(size_t)t * count + i] !=
+            wrong += buf[(size_t)t * fus_stride + i] !=
                      (float)fus_nranks * (float)(t % 13 + (int)(i % 7)) + ranks;
     return wrong;
 }
@@ -72,7 +73,7 @@ static double fus_round(float *buf, int k, size_t count, int grouped, long *wron
     if (grouped)
         fus_check(rcc_group_start(), "group start");
     for (int t = 0; t < k; t++)
-        fus_check(rcc_allreduce(buf + (size_t)t * count, buf + (size_t)t * count, count,
+        fus_check(rcc_allreduce(buf + (size_t)t * fus_stride, buf + (size_t)t * fus_stride, count,
                                 RCC_FLOAT32, RCC_SUM, fus_comm),
                   "allreduce");
     if (grouped)
@@ -85,16 +86,19 @@ static double fus_round(float *buf, int k, size_t count, int grouped, long *wron
 
 int main(int argc, char **argv)
 {
-    int k = 1000, rounds = 5, opt;
+    int k = 1000, rounds = 5, opt, scattered = 0;
     size_t bytes = 4096;
-    while ((opt = getopt(argc, argv, "k:s:r:h")) != -1) {
+    while ((opt = getopt(argc, argv, "k:s:r:ph")) != -1) {
         switch (opt) {
         case 'k': k = atoi(optarg); break;
         case 's': bytes = (size_t)strtoull(optarg, NULL, 10); break;
         case 'r': rounds = atoi(optarg); break;
+        case 'p': scattered = 1; break;
         default:
             fprintf(stderr, "usage: ringcc-fusion [-k ALLREDUCES (1000)] [-s BYTES EACH (4096)] "
-                            "[-r ROUNDS (5)]\n");
+                            "[-r ROUNDS (5)] [-p]\n"
+                            "  -p: tensors spaced apart (packed into a fusion buffer); by "
+                            "default they lie end to end (fused in place)\n");
             return opt == 'h' ? 0 : 2;
         }
     }
@@ -106,7 +110,8 @@ int main(int argc, char **argv)
     fus_check(rcc_comm_init_env(&fus_comm, NULL), "init");
     rcc_comm_rank(fus_comm, &fus_rank);
     rcc_comm_size(fus_comm, &fus_nranks);
-    float *buf = malloc((size_t)k * count * sizeof *buf);
+    fus_stride = count + (scattered ? 16 : 0);
+    float *buf = malloc((size_t)k * fus_stride * sizeof *buf);
     double *single = malloc(sizeof(double) * (size_t)rounds);
     double *fused = malloc(sizeof(double) * (size_t)rounds);
     if (!buf || !single || !fused) {
@@ -121,8 +126,10 @@ int main(int argc, char **argv)
     fus_check(rcc_allreduce(&wrong, &wrong, 1, RCC_INT64, RCC_SUM, fus_comm), "wrong allreduce");
     double s = fus_median(single, rounds), f = fus_median(fused, rounds);
     if (fus_rank == 0) {
-        printf("# ringcc-fusion: %d ranks, %d allreduces of %zu bytes (float32 sum), %d rounds\n",
-               fus_nranks, k, count * sizeof(float), rounds);
+        printf("# ringcc-fusion: %d ranks, %d allreduces of %zu bytes (float32 sum), %d rounds, "
+               "tensors %s\n",
+               fus_nranks, k, count * sizeof(float), rounds,
+               scattered ? "spaced apart (packed)" : "end to end (fused in place)");
         printf("one by one : median %10.3f ms  (%.1f us per allreduce)\n", s * 1e3, s * 1e6 / k);
         printf("one group  : median %10.3f ms  (%.1f us per allreduce)\n", f * 1e3, f * 1e6 / k);
         printf("speed-up   : %.1fx\n", s / f);

@@ -7,6 +7,7 @@
  * output. Small allreduces are dominated by per-operation latency, so this
  * turns a thousand round trips into one.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,10 +95,24 @@ static void group_fail(rcci_op_t **ops, int n, rcc_result_t res)
 static rcc_result_t group_launch_fused(struct rcc_comm *comm, rcci_op_t **ops, int n, size_t total)
 {
     size_t esize = rcc_datatype_size(ops[0]->dtype);
+    /* Members that already lie end to end (in and out alike) need no
+     * packing: the ring runs over the caller's memory as one buffer. */
+    int adjacent = 1;
+    size_t off = 0;
+    for (int i = 0; i < n && adjacent; i++) {
+        adjacent = (const char *)ops[i]->sendbuf == (const char *)ops[0]->sendbuf + off &&
+                   (char *)ops[i]->recvbuf == (char *)ops[0]->recvbuf + off;
+        off += ops[i]->count * esize;
+    }
+    /* ...as long as the whole is a valid allreduce: in place, or with input
+     * and output apart. */
+    uintptr_t s0 = (uintptr_t)ops[0]->sendbuf, r0 = (uintptr_t)ops[0]->recvbuf;
+    if (adjacent && s0 != r0 && s0 < r0 + off && r0 < s0 + off)
+        adjacent = 0;
     rcci_op_t *fused = rcci_op_new(0);
-    char *buf = group_buffer_take(comm, total * esize);
+    char *buf = adjacent ? NULL : group_buffer_take(comm, total * esize);
     rcci_op_t **members = malloc(sizeof *members * (size_t)n);
-    if (!fused || !buf || !members) {
+    if (!fused || (!adjacent && !buf) || !members) {
         group_buffer_give(comm, buf, total * esize);
         free(members);
         if (fused)
@@ -106,14 +121,17 @@ static rcc_result_t group_launch_fused(struct rcc_comm *comm, rcci_op_t **ops, i
     }
     size_t at = 0;
     for (int i = 0; i < n; i++) {
-        memcpy(buf + at, ops[i]->sendbuf, ops[i]->count * esize);
+        if (buf)
+            memcpy(buf + at, ops[i]->sendbuf, ops[i]->count * esize);
         at += ops[i]->count * esize;
         members[i] = ops[i];
         atomic_fetch_add(&ops[i]->refs, 1); /* the fused operation's */
         atomic_store(&ops[i]->launched, 1);
     }
     fused->coll = RCCI_COLL_ALLREDUCE;
-    fused->sendbuf = fused->recvbuf = fused->fusion_buf = buf;
+    fused->sendbuf = buf ? buf : ops[0]->sendbuf;
+    fused->recvbuf = buf ? buf : ops[0]->recvbuf;
+    fused->fusion_buf = buf;
     fused->count = total;
     fused->dtype = ops[0]->dtype;
     fused->redop = ops[0]->redop;

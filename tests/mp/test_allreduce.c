@@ -261,6 +261,55 @@ START_TEST(direct_algorithm_forced)
 }
 END_TEST
 
+/* ---- fused groups over tensors that lie end to end ------------------------------ */
+
+/* Tensor t, element i of rank r: small integers (exact sums). */
+static int32_t adj_value(int r, int t, size_t i) { return (int32_t)((t * 7 + (int)i) % 11 + r); }
+
+static int rank_adjacent_fusion(int rank, int n, void *arg)
+{
+    (void)arg;
+    rcc_comm_t comm = mp_comm(60000);
+    enum { T = 100, C = 37 };
+    int32_t *in = malloc(sizeof *in * T * C * 2), *out = malloc(sizeof *out * T * C * 2);
+    int32_t base = n * (n - 1) / 2;
+    for (int mode = 0; mode < 3; mode++) {
+        /* 0: in place end to end (fused over the caller's memory); 1: out of
+         * place end to end; 2: each output is the next tensor's input
+         * (end to end, but not one valid allreduce: must be packed, and every
+         * tensor reduces its input as it was at rcc_group_end). */
+        for (int t = 0; t < T + 1; t++)
+            for (size_t i = 0; i < C; i++)
+                in[(size_t)t * C + i] = adj_value(rank, t, i);
+        if (rcc_group_start() != RCC_SUCCESS)
+            MP_FAIL("group start");
+        for (int t = 0; t < T; t++) {
+            int32_t *src = in + (size_t)t * C;
+            int32_t *dst = mode == 0 ? src : mode == 1 ? out + (size_t)t * C : src + C;
+            if (rcc_allreduce(src, dst, C, RCC_INT32, RCC_SUM, comm) != RCC_SUCCESS)
+                MP_FAIL("mode %d allreduce %d: %s", mode, t, rcc_last_error(comm));
+        }
+        if (rcc_group_end() != RCC_SUCCESS)
+            MP_FAIL("mode %d group end: %s", mode, rcc_last_error(NULL));
+        for (int t = 0; t < T; t++)
+            for (size_t i = 0; i < C; i++) {
+                int32_t want = n * adj_value(0, t, i) + base;
+                int32_t got = mode == 0   ? in[(size_t)t * C + i]
+                              : mode == 1 ? out[(size_t)t * C + i]
+                                          : in[(size_t)(t + 1) * C + i];
+                if (got != want)
+                    MP_FAIL("mode %d tensor %d element %zu: %d, expected %d", mode, t, i, got,
+                            want);
+            }
+    }
+    free(in), free(out);
+    rcc_comm_destroy(comm);
+    return 0;
+}
+
+START_TEST(adjacent_fusion) { ck_assert_int_eq(mp_run(_i, rank_adjacent_fusion, NULL, 120), 0); }
+END_TEST
+
 /* ---- more than 2^31 elements ------------------------------------------------- */
 
 static int rank_huge(int rank, int n, void *arg)
@@ -535,6 +584,7 @@ static Suite *allreduce_suite(void)
     tcase_add_loop_test(tc, identical_bits, 2, 6);
     tcase_add_loop_test(tc, ring_algorithm_forced, 1, 6);
     tcase_add_loop_test(tc, direct_algorithm_forced, 1, 6);
+    tcase_add_loop_test(tc, adjacent_fusion, 1, 6);
     tcase_add_test(tc, more_than_2g_elements);
     suite_add_tcase(s, tc);
     TCase *errors = tcase_create("errors");
