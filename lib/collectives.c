@@ -34,13 +34,14 @@ static rcc_result_t coll_check_op(const char *name, rcc_redop_t op)
     return RCC_SUCCESS;
 }
 
-static rcc_result_t coll_check_root(const char *name, int root, const struct rcc_comm *comm)
+/* `what` (root, peer) must name a rank of the communicator. */
+static rcc_result_t coll_check_rank(const char *name, const char *what, int rank,
+                                    const struct rcc_comm *comm)
 {
-    if (root < 0 || root >= comm->nranks)
+    if (rank < 0 || rank >= comm->nranks)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT,
-                          "%s: root %d is not a rank of this "
-                          "%d-rank communicator",
-                          name, root, comm->nranks);
+                          "%s: %s %d is not a rank of this %d-rank communicator", name, what, rank,
+                          comm->nranks);
     return RCC_SUCCESS;
 }
 
@@ -275,7 +276,7 @@ static rcc_result_t coll_rooted(const char *name, rcci_coll_t coll, const void *
     if (res == RCC_SUCCESS && coll == RCCI_COLL_REDUCE)
         res = coll_check_op(name, redop);
     if (res == RCC_SUCCESS)
-        res = coll_check_root(name, root, comm);
+        res = coll_check_rank(name, "root", root, comm);
     int is_root = comm->rank == root;
     /* broadcast reads sendbuf on root and writes recvbuf everywhere; reduce
      * reads sendbuf everywhere and writes recvbuf on root. */
@@ -358,11 +359,8 @@ static rcc_result_t coll_p2p(const char *name, int is_send, const void *buf, siz
     if (res != RCC_SUCCESS)
         return res;
     res = coll_check_type(name, dtype, count, 1);
-    if (res == RCC_SUCCESS && (peer < 0 || peer >= comm->nranks))
-        res = rcci_error(RCC_ERR_INVALID_ARGUMENT,
-                         "%s: peer %d is not a rank of this %d-rank "
-                         "communicator",
-                         name, peer, comm->nranks);
+    if (res == RCC_SUCCESS)
+        res = coll_check_rank(name, "peer", peer, comm);
     if (res == RCC_SUCCESS && count > 0)
         res = coll_check_ptr(name, buf, is_send ? "sendbuf" : "recvbuf");
     if (res == RCC_SUCCESS && peer == comm->rank && !rcci_group_active())
