@@ -70,7 +70,7 @@ static rcc_result_t coll_check_ptr(const char *name, const void *p, const char *
 /* Queues `tmpl` as a new operation; *req gets its request (NULL when there
  * is nothing to do). */
 static rcc_result_t coll_submit(struct rcc_comm *comm, const rcci_op_t *tmpl, size_t extra,
-                                rcc_request_t *req)
+                                int blocking, rcc_request_t *req)
 {
     *req = NULL;
     if (tmpl->count == 0 && tmpl->coll != RCCI_COLL_BARRIER)
@@ -104,6 +104,10 @@ static rcc_result_t coll_submit(struct rcc_comm *comm, const rcci_op_t *tmpl, si
         *req = r;
         return RCC_SUCCESS;
     }
+    if (blocking && rcci_progress_run_inline(comm, op)) {
+        *req = r;
+        return RCC_SUCCESS;
+    }
     rcc_result_t res = rcci_progress_enqueue(comm, op);
     if (res != RCC_SUCCESS) {
         rcci_op_release(op);
@@ -123,7 +127,7 @@ static rcc_result_t coll_call(struct rcc_comm *comm, rcc_result_t res, const rcc
     size_t extra = tmpl->coll == RCCI_COLL_BARRIER ? 2 * (size_t)comm->nranks
                                                    : sizeof *tmpl->msgs * (size_t)tmpl->nmsgs;
     if (res == RCC_SUCCESS)
-        res = coll_submit(comm, tmpl, extra, req ? req : &local);
+        res = coll_submit(comm, tmpl, extra, !req, req ? req : &local);
     rcc_request_t mine = req ? *req : local;
     if (res == RCC_SUCCESS && mine && rcci_group_active()) {
         /* The group launches it; a blocking call's request is the group's

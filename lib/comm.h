@@ -43,7 +43,7 @@ typedef struct rcci_op {
     rcc_datatype_t dtype;
     rcc_redop_t redop;
     int root;
-    int direct;          /* an allreduce run as a direct exchange (coll/p2p.c) */
+    int small;           /* an allreduce run by a small-message algorithm (coll/p2p.c) */
     atomic_int launched; /* enqueued (inside a group: only at rcc_group_end) */
     /* A fused operation (group.c): one allreduce over `fusion_buf` standing
      * for its members, which complete when it does. */
@@ -124,6 +124,10 @@ struct rcc_comm {
     uint32_t next_seq;
     uint64_t splits; /* rcc_comm_split calls so far (caller's thread only) */
     int stopping;
+    /* Who drives the transports (under `lock`): nobody, the progress thread
+     * (it has operations running), or a caller running a blocking call on
+     * its own thread (rcci_progress_run_inline). One at a time. */
+    enum { RCCI_ENGINE_IDLE, RCCI_ENGINE_PROGRESS, RCCI_ENGINE_CALLER } engine;
     atomic_int aborted;
     int callers;         /* threads inside a call on this communicator */
     rcc_result_t broken; /* sticky failure: later operations fail at once */
@@ -153,6 +157,11 @@ void rcci_progress_stop(struct rcc_comm *comm);
 void rcci_progress_abort(struct rcc_comm *comm);
 /* Queues an operation (takes a reference for the progress thread). */
 rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op);
+/* Runs a blocking call's operation to its end on the calling thread when
+ * nothing else is queued or running (RCC_INLINE): no hand-off to the
+ * progress thread and back, which dominates small messages. Returns 1 when
+ * it ran (the result is on the operation), 0 when the caller must queue it. */
+int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op);
 
 /* Records the result and wakes waiters (the caller keeps its reference). */
 void rcci_op_complete(rcci_op_t *op, rcc_result_t res);
@@ -182,14 +191,21 @@ rcc_result_t rcci_p2p_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **
 rcc_result_t rcci_p2p_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed, int *done);
 void rcci_p2p_finish(struct rcc_comm *comm, rcci_exec_t *exec);
 void rcci_p2p_close(struct rcc_comm *comm);
-/* The small-message allreduce: every rank sends its input to every other
- * and reduces all inputs in rank order (identical bits everywhere); one
- * exchange instead of 2(n-1) ring steps. Runs on the point-to-point
+/* Allreduce algorithms: the pipelined ring (bandwidth-optimal), and for
+ * small messages recursive doubling (log2 n rounds of pairwise exchange)
+ * or the direct exchange (every rank sends its input to every other, one
+ * round, n(n-1) messages). The small ones run on the point-to-point
  * executor (rcci_p2p_advance/finish). */
-rcc_result_t rcci_direct_allreduce_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec);
-/* Whether an allreduce of `bytes` on `comm` takes the direct exchange
- * (RCC_ALGO, RCC_DIRECT_MAX_BYTES); the same answer on every rank. */
-int rcci_use_direct_allreduce(const struct rcc_comm *comm, size_t bytes);
+typedef enum {
+    RCCI_ALLREDUCE_RING,
+    RCCI_ALLREDUCE_RD,
+    RCCI_ALLREDUCE_DIRECT
+} rcci_allreduce_algo_t;
+/* The algorithm for an allreduce of `bytes` per rank on `comm` (RCC_ALGO,
+ * RCC_SMALL_MAX_BYTES): the same answer on every rank. */
+rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t bytes);
+rcc_result_t rcci_small_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
+                                        rcci_allreduce_algo_t algo, rcci_exec_t **exec);
 /* Adds a connection's descriptor to the progress thread's epoll set. */
 rcc_result_t rcci_progress_watch(struct rcc_comm *comm, int fd);
 

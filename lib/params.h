@@ -26,11 +26,17 @@
       "SO_SNDBUF/SO_RCVBUF for data sockets; 0 leaves the kernel's autotuning")                    \
     X(TRANSPORT, STR, "", 0, 0, "force a transport by name (tcp); default: best per peer")         \
     X(ALGO, STR, "auto", 0, 0,                                                                     \
-      "allreduce algorithm: auto (direct below RCC_DIRECT_MAX_BYTES, else ring), ring or direct")  \
-    X(DIRECT_MAX_BYTES, INT, "16K", 0, 1ll << 30,                                                  \
-      "largest allreduce (bytes per rank) that auto sends to every peer at once")                  \
+      "allreduce algorithm: auto (rd up to RCC_SMALL_MAX_BYTES, else ring), ring, rd (recursive "  \
+      "doubling) or direct (every rank sends its input to every other)")                           \
+    X(SMALL_MAX_BYTES, INT, "16K", 0, 1ll << 30,                                                   \
+      "largest allreduce (bytes per rank) that auto runs by recursive doubling")                   \
     X(FUSION_BYTES, INT, "64M", 0, 1ll << 40,                                                      \
-      "largest fused buffer for allreduces issued in one group; 0 disables fusion")
+      "largest fused buffer for allreduces issued in one group; 0 disables fusion")                \
+    X(INLINE, INT, "1", 0, 1,                                                                      \
+      "1: a blocking call on an idle communicator runs on the caller's thread, not the progress "  \
+      "thread (no hand-offs); 0: always the progress thread")                                      \
+    X(SPIN_US, INT, "50", 0, 1000000,                                                              \
+      "microseconds a waiting thread polls its connections before it sleeps")
 
 typedef enum {
 #define PARAM_ID_(id, kind, def, min, max, desc) RCCI_PARAM_##id,

@@ -5,6 +5,8 @@
  * or waiting rank costs no CPU; it re-checks everything after each wake-up.
  */
 #include <errno.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #include "clock.h"
 #include "comm.h"
 #include "log.h"
+#include "params.h"
 
 #define IDLE_WAIT_MS 1000 /* upper bound on one sleep; deadlines are re-checked */
 
@@ -96,19 +99,56 @@ static void progress_sleep(struct rcc_comm *comm, int ms)
     }
 }
 
+static void progress_wake(struct rcc_comm *comm)
+{
+    uint64_t one = 1;
+    ssize_t w = write(comm->wake_fd, &one, sizeof one);
+    (void)w; /* a full counter already means "wake up" */
+}
+
+/* Polls before sleeping when a wait is likely short: a wake-up from
+ * epoll_wait costs more than a small message's trip on these hosts. */
+static int64_t progress_spin_ns(void) { return rcci_param_int(RCCI_PARAM_SPIN_US) * 1000; }
+
+/* Sleeps on the eventfd alone: while the progress thread has nothing to
+ * run, traffic on the connections (a caller driving them inline) must not
+ * wake it. Edges it misses are harmless: it advances everything it admits
+ * before it waits on the connections again. */
+static void progress_idle_sleep(struct rcc_comm *comm, int ms)
+{
+    struct pollfd pfd = {.fd = comm->wake_fd, .events = POLLIN};
+    if (poll(&pfd, 1, ms) > 0) {
+        uint64_t v;
+        ssize_t r = read(comm->wake_fd, &v, sizeof v);
+        (void)r;
+    }
+}
+
 /* Point-to-point operations have their own executor; the rest are schedules. */
-static int exec_is_p2p(const rcci_op_t *op) { return op->coll == RCCI_COLL_P2P || op->direct; }
+static int exec_is_p2p(const rcci_op_t *op) { return op->coll == RCCI_COLL_P2P || op->small; }
 
 static rcc_result_t exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec)
 {
     if (op->coll == RCCI_COLL_P2P)
         return rcci_p2p_start(comm, op, exec);
-    if (op->coll == RCCI_COLL_ALLREDUCE &&
-        rcci_use_direct_allreduce(comm, op->count * rcc_datatype_size(op->dtype))) {
-        op->direct = 1;
-        return rcci_direct_allreduce_start(comm, op, exec);
+    if (op->coll == RCCI_COLL_ALLREDUCE) {
+        rcci_allreduce_algo_t algo =
+            rcci_allreduce_algo(comm, op->count * rcc_datatype_size(op->dtype));
+        if (algo != RCCI_ALLREDUCE_RING) {
+            op->small = 1;
+            return rcci_small_allreduce_start(comm, op, algo, exec);
+        }
     }
     return rcci_coll_start(comm, op, exec);
+}
+
+/* A communicator that failed fails later operations at once, with its story. */
+static rcc_result_t exec_start_unless_broken(struct rcc_comm *comm, rcci_op_t *op,
+                                             rcci_exec_t **exec)
+{
+    if (comm->broken != RCC_SUCCESS)
+        return rcci_error(comm->broken, "the communicator failed earlier: %s", comm->broken_text);
+    return exec_start(comm, op, exec);
 }
 
 static rcc_result_t exec_advance(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec,
@@ -136,20 +176,40 @@ typedef struct {
     rcci_exec_t *exec;
 } active_t;
 
+/* The next operation to admit, if any; taking one makes the progress thread
+ * the engine's driver. Nothing while a caller drives inline. */
 static rcci_op_t *progress_pop(struct rcc_comm *comm, int only_p2p, int *stop)
 {
     pthread_mutex_lock(&comm->lock);
-    rcci_op_t *op = comm->queue_head;
+    rcci_op_t *op = comm->engine == RCCI_ENGINE_CALLER ? NULL : comm->queue_head;
     if (op && only_p2p && op->coll != RCCI_COLL_P2P)
         op = NULL;
     if (op) {
         comm->queue_head = op->next;
         if (!comm->queue_head)
             comm->queue_tail = NULL;
+        comm->engine = RCCI_ENGINE_PROGRESS;
     }
-    *stop = comm->stopping;
+    *stop = comm->stopping && comm->engine != RCCI_ENGINE_CALLER;
     pthread_mutex_unlock(&comm->lock);
     return op;
+}
+
+/* Nothing runs: hands the engine back, unless more is queued. */
+static void progress_release_engine(struct rcc_comm *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    if (comm->engine == RCCI_ENGINE_PROGRESS && !comm->queue_head)
+        comm->engine = RCCI_ENGINE_IDLE;
+    pthread_mutex_unlock(&comm->lock);
+}
+
+static int progress_caller_drives(struct rcc_comm *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    int caller = comm->engine == RCCI_ENGINE_CALLER;
+    pthread_mutex_unlock(&comm->lock);
+    return caller;
 }
 
 /* Ends every running operation with `res` (whose detail is this thread's
@@ -173,8 +233,12 @@ static void *progress_main(void *arg)
     rcci_log_set_rank(comm->rank);
     active_t *act = NULL;
     int nact = 0, cap = 0, abort_seen = 0, stop = 0;
+    const int64_t spin_ns = progress_spin_ns();
+    int64_t idle_since = rcci_now_ns();
     for (;;) {
-        if (!abort_seen && atomic_load(&comm->aborted)) {
+        /* A caller driving inline handles the abort itself; the links are
+         * closed here only once it is done with them. */
+        if (!abort_seen && atomic_load(&comm->aborted) && !progress_caller_drives(comm)) {
             abort_seen = 1;
             rcc_result_t res = rcci_error(RCC_ERR_ABORTED, "the communicator was aborted");
             progress_fail_all(comm, act, &nact, res);
@@ -194,11 +258,7 @@ static void *progress_main(void *arg)
             if (!op)
                 break;
             rcci_exec_t *exec = NULL;
-            rcc_result_t res = comm->broken;
-            if (res != RCC_SUCCESS)
-                rcci_error(res, "the communicator failed earlier: %s", comm->broken_text);
-            else
-                res = exec_start(comm, op, &exec);
+            rcc_result_t res = exec_start_unless_broken(comm, op, &exec);
             if (res != RCC_SUCCESS) {
                 exec_finish(comm, op, exec);
                 progress_complete(op, res);
@@ -211,7 +271,8 @@ static void *progress_main(void *arg)
         if (nact == 0) {
             if (stop)
                 break;
-            progress_sleep(comm, IDLE_WAIT_MS);
+            progress_release_engine(comm);
+            progress_idle_sleep(comm, IDLE_WAIT_MS);
             continue;
         }
         int any = 0;
@@ -233,11 +294,77 @@ static void *progress_main(void *arg)
                 any = 1;
             }
         }
-        if (!any)
+        int64_t now = rcci_now_ns();
+        if (any) {
+            idle_since = now;
+        } else if (now - idle_since < spin_ns) {
+            sched_yield(); /* as in rcci_progress_run_inline */
+        } else {
             progress_sleep(comm, comm->poll_ms > 0 ? comm->poll_ms : IDLE_WAIT_MS);
+            idle_since = rcci_now_ns();
+        }
     }
     free(act);
     return NULL;
+}
+
+int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
+{
+    if (!rcci_param_int(RCCI_PARAM_INLINE) || !comm->progress_started)
+        return 0;
+    pthread_mutex_lock(&comm->lock);
+    if (comm->engine != RCCI_ENGINE_IDLE || comm->queue_head || comm->stopping ||
+        atomic_load(&comm->aborted)) {
+        pthread_mutex_unlock(&comm->lock);
+        return 0;
+    }
+    comm->engine = RCCI_ENGINE_CALLER;
+    op->seq = op->coll == RCCI_COLL_P2P ? 0 : comm->next_seq++;
+    op->launched = 1;
+    pthread_mutex_unlock(&comm->lock);
+
+    rcci_exec_t *exec = NULL;
+    rcc_result_t res = exec_start_unless_broken(comm, op, &exec);
+    const int64_t spin_ns = progress_spin_ns();
+    int64_t idle_since = rcci_now_ns();
+    while (res == RCC_SUCCESS) {
+        if (atomic_load(&comm->aborted)) {
+            res = rcci_error(RCC_ERR_ABORTED, "the communicator was aborted");
+            break;
+        }
+        int progressed, done;
+        comm->poll_ms = 0;
+        res = exec_advance(comm, op, exec, &progressed, &done);
+        if (res != RCC_SUCCESS || done)
+            break;
+        int64_t now = rcci_now_ns();
+        if (progressed) {
+            idle_since = now;
+            continue;
+        }
+        if (now - idle_since < spin_ns) {
+            /* Polling ranks may outnumber the cores: let the one whose
+             * message we wait for run. */
+            sched_yield();
+            continue;
+        }
+        /* The eventfd is in the set too: an abort wakes this wait. */
+        struct epoll_event ev[16];
+        epoll_wait(comm->epoll_fd, ev, 16, comm->poll_ms > 0 ? comm->poll_ms : IDLE_WAIT_MS);
+        idle_since = rcci_now_ns();
+    }
+    exec_finish(comm, op, exec);
+    if (res != RCC_SUCCESS)
+        progress_break(comm, res);
+    rcci_op_complete(op, res);
+
+    pthread_mutex_lock(&comm->lock);
+    comm->engine = RCCI_ENGINE_IDLE;
+    int wake = comm->queue_head || comm->stopping || atomic_load(&comm->aborted);
+    pthread_mutex_unlock(&comm->lock);
+    if (wake)
+        progress_wake(comm);
+    return 1;
 }
 
 rcc_result_t rcci_progress_watch(struct rcc_comm *comm, int fd)
@@ -270,13 +397,6 @@ rcc_result_t rcci_progress_start(struct rcc_comm *comm)
         return rcci_error_errno(RCC_ERR_SYSTEM, rc, "cannot start the progress thread");
     comm->progress_started = 1;
     return RCC_SUCCESS;
-}
-
-static void progress_wake(struct rcc_comm *comm)
-{
-    uint64_t one = 1;
-    ssize_t w = write(comm->wake_fd, &one, sizeof one);
-    (void)w; /* a full counter already means "wake up" */
 }
 
 void rcci_progress_stop(struct rcc_comm *comm)

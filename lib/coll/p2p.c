@@ -9,6 +9,11 @@
  * accepts without blocking (polled while the operation waits). Messages go
  * whole, straight from and into the caller's buffers; per-direction
  * sequence numbers match them in call order and catch a mismatch.
+ *
+ * The small-message allreduces run here too, as rounds of such messages on
+ * a lane of their own whose connections carry both directions (the lower
+ * rank connects): in an exchange each side's data then carries the
+ * acknowledgement of the other's, halving the packets.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,13 +39,19 @@ typedef struct {
 
 struct rcci_exec {
     rcci_op_t *op;
-    const rcci_p2p_msg_t *msgs; /* the operation's, or the direct allreduce's own */
+    const rcci_p2p_msg_t *msgs; /* the operation's, or the allreduce round's own */
     int nmsgs;
     p2p_state_t *st;
     int64_t last_progress_ns;
-    /* Direct allreduce: every rank's input, in rank order, and its messages. */
-    char *inputs;
+    /* Allreduce by rounds: when a round's messages are all done,
+     * `round_done` reduces what came and sets up the next round's messages
+     * in own_msgs, or returns 1 at the end. */
+    const char *algo;
+    int (*round_done)(const struct rcc_comm *comm, rcci_exec_t *x);
+    int round;
+    char *tmp; /* direct: every rank's input in rank order; rd: one input */
     rcci_p2p_msg_t *own_msgs;
+    int rd_pof2, rd_rem, rd_vrank; /* recursive doubling (see rd_round_done) */
 };
 
 static rcc_result_t p2p_fail(struct rcc_comm *comm, rcci_exec_t *x, rcc_result_t res, int i)
@@ -48,10 +59,9 @@ static rcc_result_t p2p_fail(struct rcc_comm *comm, rcci_exec_t *x, rcc_result_t
     const rcci_p2p_msg_t *m = &x->msgs[i];
     char peer[128];
     rcci_bootstrap_peer_name(comm->bootstrap, m->peer, peer, sizeof peer);
-    rcci_error_prefix("%s%s of %zu bytes %s %s (message %u between them): ",
-                      x->inputs ? "allreduce (direct exchange): " : "",
-                      m->is_send ? "send" : "receive", m->bytes, m->is_send ? "to" : "from", peer,
-                      x->st[i].seq);
+    rcci_error_prefix("%s%s%s of %zu bytes %s %s (message %u between them): ",
+                      x->algo ? x->algo : "", x->algo ? ": " : "", m->is_send ? "send" : "receive",
+                      m->bytes, m->is_send ? "to" : "from", peer, x->st[i].seq);
     return res;
 }
 
@@ -82,18 +92,24 @@ static rcc_result_t p2p_self(rcci_exec_t *x, int self)
 }
 
 /* Numbers the messages per lane, peer and direction, in order. */
-static rcc_result_t p2p_begin(struct rcc_comm *comm, rcci_exec_t *x)
+static void p2p_number(struct rcc_comm *comm, rcci_exec_t *x)
 {
-    x->st = calloc((size_t)(x->nmsgs ? x->nmsgs : 1), sizeof *x->st);
-    if (!x->st)
-        return rcci_error(RCC_ERR_NO_MEMORY, "point-to-point state of %d messages", x->nmsgs);
-    x->last_progress_ns = rcci_now_ns();
     for (int i = 0; i < x->nmsgs; i++) {
         const rcci_p2p_msg_t *m = &x->msgs[i];
         rcci_p2p_lane_t *lane = &comm->p2p.lane[m->lane];
+        x->st[i] = (p2p_state_t){NULL, 0, P2P_WAITING};
         if (m->peer != comm->rank)
             x->st[i].seq = m->is_send ? lane->out_seq[m->peer]++ : lane->in_seq[m->peer]++;
     }
+}
+
+static rcc_result_t p2p_begin(struct rcc_comm *comm, rcci_exec_t *x, int max_msgs)
+{
+    x->st = calloc((size_t)(max_msgs ? max_msgs : 1), sizeof *x->st);
+    if (!x->st)
+        return rcci_error(RCC_ERR_NO_MEMORY, "point-to-point state of %d messages", max_msgs);
+    x->last_progress_ns = rcci_now_ns();
+    p2p_number(comm, x);
     return p2p_self(x, comm->rank);
 }
 
@@ -106,56 +122,182 @@ rcc_result_t rcci_p2p_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **
     x->op = op;
     x->msgs = op->msgs;
     x->nmsgs = op->nmsgs;
-    return p2p_begin(comm, x);
+    return p2p_begin(comm, x, x->nmsgs);
 }
 
-int rcci_use_direct_allreduce(const struct rcc_comm *comm, size_t bytes)
+rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t bytes)
 {
     const char *algo = rcci_param_str(RCCI_PARAM_ALGO);
     if (comm->nranks < 2 || !strcmp(algo, "ring"))
-        return 0;
+        return RCCI_ALLREDUCE_RING;
     if (!strcmp(algo, "direct"))
-        return 1;
-    return bytes <= (size_t)rcci_param_int(RCCI_PARAM_DIRECT_MAX_BYTES);
+        return RCCI_ALLREDUCE_DIRECT;
+    if (!strcmp(algo, "rd"))
+        return RCCI_ALLREDUCE_RD;
+    return bytes <= (size_t)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES) ? RCCI_ALLREDUCE_RD
+                                                                       : RCCI_ALLREDUCE_RING;
 }
 
-rcc_result_t rcci_direct_allreduce_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **out)
+static rcci_p2p_msg_t p2p_coll_msg(int peer, int is_send, const void *buf, size_t bytes)
 {
-    int n = comm->nranks, r = comm->rank;
-    size_t bytes = op->count * rcc_datatype_size(op->dtype);
-    rcci_exec_t *x = calloc(1, sizeof *x);
-    if (!x)
-        return rcci_error(RCC_ERR_NO_MEMORY, "direct allreduce state");
-    *out = x;
-    x->op = op;
-    x->inputs = malloc((size_t)n * bytes);
-    x->own_msgs = malloc(sizeof *x->own_msgs * 2 * (size_t)(n - 1));
-    if (!x->inputs || !x->own_msgs)
-        return rcci_error(RCC_ERR_NO_MEMORY, "direct allreduce of %zu bytes on %d ranks", bytes, n);
-    memcpy(x->inputs + (size_t)r * bytes, op->sendbuf, bytes);
-    int k = 0;
-    for (int step = 1; step < n; step++) { /* rank r+1 first, so that sends spread out */
-        int q = (r + step) % n;
-        x->own_msgs[k++] =
-            (rcci_p2p_msg_t){q, 1, x->inputs + (size_t)r * bytes, bytes, RCCI_LANE_COLL};
-        x->own_msgs[k++] =
-            (rcci_p2p_msg_t){q, 0, x->inputs + (size_t)q * bytes, bytes, RCCI_LANE_COLL};
-    }
-    x->msgs = x->own_msgs;
-    x->nmsgs = k;
-    return p2p_begin(comm, x);
+    return (rcci_p2p_msg_t){peer, is_send, (char *)buf, bytes, RCCI_LANE_COLL};
 }
 
-/* All inputs are in: fold them in rank order, the same on every rank. */
-static void p2p_direct_reduce(const struct rcc_comm *comm, const rcci_exec_t *x)
+/* Direct exchange, one round: every rank sends its input to every other,
+ * then folds all inputs in rank order, the same on every rank. */
+static int direct_round_done(const struct rcc_comm *comm, rcci_exec_t *x)
 {
     const rcci_op_t *op = x->op;
     int n = comm->nranks;
     size_t bytes = op->count * rcc_datatype_size(op->dtype);
-    char *acc = x->inputs; /* rank 0's block accumulates */
+    char *acc = x->tmp; /* rank 0's block accumulates */
     for (int q = 1; q < n; q++)
-        rcci_reduce(q == n - 1 ? (char *)op->recvbuf : acc, acc, x->inputs + (size_t)q * bytes,
+        rcci_reduce(q == n - 1 ? (char *)op->recvbuf : acc, acc, x->tmp + (size_t)q * bytes,
                     op->count, op->dtype, op->redop, q == n - 1 && op->redop == RCC_AVG ? n : 1);
+    return 1;
+}
+
+static rcc_result_t direct_start(struct rcc_comm *comm, rcci_exec_t *x, size_t bytes)
+{
+    int n = comm->nranks, r = comm->rank;
+    x->algo = "allreduce (direct exchange)";
+    x->round_done = direct_round_done;
+    x->tmp = malloc((size_t)n * bytes);
+    x->own_msgs = malloc(sizeof *x->own_msgs * 2 * (size_t)(n - 1));
+    if (!x->tmp || !x->own_msgs)
+        return rcci_error(RCC_ERR_NO_MEMORY, "direct allreduce of %zu bytes on %d ranks", bytes, n);
+    memcpy(x->tmp + (size_t)r * bytes, x->op->sendbuf, bytes);
+    int k = 0;
+    for (int step = 1; step < n; step++) { /* rank r+1 first, so that sends spread out */
+        int q = (r + step) % n;
+        x->own_msgs[k++] = p2p_coll_msg(q, 1, x->tmp + (size_t)r * bytes, bytes);
+        x->own_msgs[k++] = p2p_coll_msg(q, 0, x->tmp + (size_t)q * bytes, bytes);
+    }
+    x->msgs = x->own_msgs;
+    x->nmsgs = k;
+    return p2p_begin(comm, x, k);
+}
+
+/*
+ * Recursive doubling: log2(p) rounds of pairwise exchange among p = the
+ * largest power of two <= n ranks, each rank sending one message per round.
+ * With rem = n - p, the first 2*rem ranks pair up first: each even one
+ * hands its input to the odd one above it, and gets the result back after
+ * the last round. Rank r's place among the p is its vrank.
+ *
+ * Every reduction puts the lower vrank's operand first, so both sides of a
+ * pair compute the same bits (MAX/MIN/NaN payloads are not commutative),
+ * and so all ranks end with identical results.
+ */
+static int rd_real_rank(const rcci_exec_t *x, int vrank)
+{
+    return vrank < x->rd_rem ? 2 * vrank + 1 : vrank + x->rd_rem;
+}
+
+/* Sets up round x->round's messages; 1 when there are none left. */
+static int rd_plan(const struct rcc_comm *comm, rcci_exec_t *x)
+{
+    const rcci_op_t *op = x->op;
+    size_t bytes = op->count * rcc_datatype_size(op->dtype);
+    int r = comm->rank, rounds = 0;
+    for (int m = 1; m < x->rd_pof2; m <<= 1)
+        rounds++;
+    /* Round 0: the fold; rounds 1..rounds: the doubling; then the unfold. */
+    int k = 0;
+    if (x->round == 0) {
+        if (r < 2 * x->rd_rem)
+            x->own_msgs[k++] = r % 2 ? p2p_coll_msg(r - 1, 0, x->tmp, bytes)
+                                     : p2p_coll_msg(r + 1, 1, op->sendbuf, bytes);
+    } else if (x->round <= rounds) {
+        if (x->rd_vrank >= 0) {
+            int partner = rd_real_rank(x, x->rd_vrank ^ (1 << (x->round - 1)));
+            x->own_msgs[k++] = p2p_coll_msg(partner, 1, op->recvbuf, bytes);
+            x->own_msgs[k++] = p2p_coll_msg(partner, 0, x->tmp, bytes);
+        }
+    } else if (x->round == rounds + 1) {
+        if (r < 2 * x->rd_rem)
+            x->own_msgs[k++] = r % 2 ? p2p_coll_msg(r - 1, 1, op->recvbuf, bytes)
+                                     : p2p_coll_msg(r + 1, 0, op->recvbuf, bytes);
+    } else {
+        return 1;
+    }
+    x->nmsgs = k;
+    return 0;
+}
+
+static int rd_round_done(const struct rcc_comm *comm, rcci_exec_t *x)
+{
+    const rcci_op_t *op = x->op;
+    int rounds = 0;
+    for (int m = 1; m < x->rd_pof2; m <<= 1)
+        rounds++;
+    char *acc = op->recvbuf;
+    int last = x->round == rounds; /* the doubling's last round completes the sum */
+    int divisor = last && op->redop == RCC_AVG ? comm->nranks : 1;
+    if (x->round == 0 && x->nmsgs == 1 && comm->rank % 2) /* fold: the even rank is vrank-lower */
+        rcci_reduce(acc, x->tmp, op->sendbuf, op->count, op->dtype, op->redop, 1);
+    else if (x->round == 0 && comm->rank >= 2 * x->rd_rem && op->sendbuf != op->recvbuf)
+        memcpy(acc, op->sendbuf, op->count * rcc_datatype_size(op->dtype));
+    if (x->round >= 1 && x->round <= rounds && x->rd_vrank >= 0) {
+        int mine_first = x->rd_vrank < (x->rd_vrank ^ (1 << (x->round - 1)));
+        rcci_reduce(acc, mine_first ? acc : x->tmp, mine_first ? x->tmp : acc, op->count, op->dtype,
+                    op->redop, divisor);
+    }
+    x->round++;
+    return rd_plan(comm, x);
+}
+
+static rcc_result_t rd_start(struct rcc_comm *comm, rcci_exec_t *x, size_t bytes)
+{
+    int n = comm->nranks, r = comm->rank;
+    x->algo = "allreduce (recursive doubling)";
+    x->round_done = rd_round_done;
+    x->rd_pof2 = 1;
+    while (2 * x->rd_pof2 <= n)
+        x->rd_pof2 *= 2;
+    x->rd_rem = n - x->rd_pof2;
+    x->rd_vrank = r < 2 * x->rd_rem ? (r % 2 ? r / 2 : -1) : r - x->rd_rem;
+    x->tmp = malloc(bytes);
+    x->own_msgs = malloc(sizeof *x->own_msgs * 2);
+    if (!x->tmp || !x->own_msgs)
+        return rcci_error(RCC_ERR_NO_MEMORY, "allreduce of %zu bytes: receive buffer", bytes);
+    x->round = 0;
+    rd_plan(comm, x);
+    x->msgs = x->own_msgs;
+    return p2p_begin(comm, x, 2);
+}
+
+rcc_result_t rcci_small_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
+                                        rcci_allreduce_algo_t algo, rcci_exec_t **out)
+{
+    rcci_exec_t *x = calloc(1, sizeof *x);
+    if (!x)
+        return rcci_error(RCC_ERR_NO_MEMORY, "allreduce state");
+    *out = x;
+    x->op = op;
+    size_t bytes = op->count * rcc_datatype_size(op->dtype);
+    return algo == RCCI_ALLREDUCE_DIRECT ? direct_start(comm, x, bytes) : rd_start(comm, x, bytes);
+}
+
+/* The collectives' lane carries both directions on one connection. */
+static int p2p_lane_shared(int lane) { return lane == RCCI_LANE_COLL; }
+
+/* Whether the ring neighbours are still there. A rank that fails closes
+ * its links, so a loss anywhere reaches every rank around the ring: this is
+ * how a rank waiting for a peer that never connects learns that the job
+ * has broken. */
+static rcc_result_t p2p_ring_alive(struct rcc_comm *comm)
+{
+    rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
+    for (int i = 0; i < 2; i++) {
+        if (links[i]->conn && links[i]->tr->probe(links[i]->conn) != RCC_SUCCESS) {
+            char peer[128];
+            rcci_bootstrap_peer_name(comm->bootstrap, links[i]->peer, peer, sizeof peer);
+            return rcci_error(RCC_ERR_PEER_LOST,
+                              "%s closed its ring connection (it failed, or saw a failure)", peer);
+        }
+    }
+    return RCC_SUCCESS;
 }
 
 /* The connection for message i, made now if it can be; NULL: not yet. */
@@ -163,13 +305,14 @@ static rcc_result_t p2p_conn(struct rcc_comm *comm, const rcci_p2p_msg_t *m, rcc
 {
     rcci_p2p_links_t *p = &comm->p2p;
     rcci_p2p_lane_t *lane = &p->lane[m->lane];
-    rcci_conn_t **slot = m->is_send ? &lane->out[m->peer] : &lane->in[m->peer];
+    int shared = p2p_lane_shared(m->lane);
+    rcci_conn_t **slot = m->is_send || shared ? &lane->out[m->peer] : &lane->in[m->peer];
     uint32_t tag = P2P_TAG + (uint32_t)m->lane;
     rcc_result_t res = RCC_SUCCESS;
     *out = *slot;
     if (*slot)
         return RCC_SUCCESS;
-    if (m->is_send) {
+    if (shared ? comm->rank < m->peer : m->is_send) {
         /* Completes in the peer's backlog: bounded by the timeout, brief. */
         res = p->tr->connect(p->tctx, p->handles + (size_t)m->peer * RCCI_HANDLE_BYTES, tag,
                              rcci_now_ns() + comm->timeout_ns, slot);
@@ -177,6 +320,8 @@ static rcc_result_t p2p_conn(struct rcc_comm *comm, const rcci_p2p_msg_t *m, rcc
         res = p->tr->accept(p->listener, m->peer, tag, 0, slot);
         if (res == RCC_ERR_TIMEOUT) { /* the peer has not connected yet: is it still there? */
             comm->poll_ms = P2P_POLL_MS;
+            if (shared)
+                return p2p_ring_alive(comm);
             if (!lane->out[m->peer] || p->tr->probe(lane->out[m->peer]) == RCC_SUCCESS)
                 return RCC_SUCCESS;
             /* Our connection to it closed. A peer that finished its part and
@@ -192,6 +337,8 @@ static rcc_result_t p2p_conn(struct rcc_comm *comm, const rcci_p2p_msg_t *m, rcc
     }
     if (res == RCC_SUCCESS)
         res = rcci_progress_watch(comm, p->tr->wait_fd(*slot));
+    if (res == RCC_SUCCESS && shared)
+        lane->in[m->peer] = *slot;
     *out = *slot;
     return res;
 }
@@ -200,6 +347,7 @@ rcc_result_t rcci_p2p_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progre
 {
     rcci_p2p_links_t *p = &comm->p2p;
     *progressed = 0;
+again:
     *done = 1;
     for (int i = 0; i < x->nmsgs; i++) {
         const rcci_p2p_msg_t *m = &x->msgs[i];
@@ -233,8 +381,11 @@ rcc_result_t rcci_p2p_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progre
         if (st->state != P2P_DONE)
             *done = 0;
     }
-    if (*done && x->inputs)
-        p2p_direct_reduce(comm, x);
+    if (*done && x->round_done && !x->round_done(comm, x)) {
+        p2p_number(comm, x); /* the next round starts at once */
+        *progressed = 1;
+        goto again;
+    }
     int64_t now = rcci_now_ns();
     if (*progressed)
         x->last_progress_ns = now;
@@ -264,7 +415,7 @@ void rcci_p2p_finish(struct rcc_comm *comm, rcci_exec_t *x)
     }
     rcci_tls_error_set(error);
     free(x->st);
-    free(x->inputs);
+    free(x->tmp);
     free(x->own_msgs);
     free(x);
 }
@@ -277,7 +428,7 @@ void rcci_p2p_close(struct rcc_comm *comm)
         for (int r = 0; r < comm->nranks && lane->out; r++) {
             if (lane->out[r])
                 p->tr->close(lane->out[r]);
-            if (lane->in[r])
+            if (lane->in[r] && lane->in[r] != lane->out[r])
                 p->tr->close(lane->in[r]);
             lane->out[r] = lane->in[r] = NULL;
         }

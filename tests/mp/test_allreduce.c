@@ -189,10 +189,34 @@ END_TEST
 
 /* ---- random floats: every rank ends with the same bits ---------------------- */
 
+static uint64_t digest(const void *buf, size_t bytes)
+{
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = buf;
+    for (size_t i = 0; i < bytes; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Whether every rank's digest equals this one's (ranks share `digests`). */
+static int same_everywhere(rcc_comm_t comm, uint64_t *digests, int rank, int n, uint64_t h)
+{
+    digests[rank] = h;
+    float one = 1;
+    rcc_allreduce(&one, &one, 1, RCC_FLOAT32, RCC_SUM, comm); /* all digests written */
+    int same = 1;
+    for (int r = 0; r < n; r++)
+        same &= digests[r] == h;
+    rcc_allreduce(&one, &one, 1, RCC_FLOAT32, RCC_SUM, comm); /* all digests read */
+    return same;
+}
+
+/* arg: the algorithm forced (RCC_ALGO), or NULL for auto at a size that
+ * takes the ring. */
 static int rank_identical_bits(int rank, int n, void *arg)
 {
-    if (arg) /* the direct exchange, which every rank reduces by itself */
-        setenv("RCC_ALGO", "direct", 1);
+    if (arg)
+        setenv("RCC_ALGO", arg, 1);
     rcc_comm_t comm = mp_comm(60000);
     size_t count = arg ? 5003 : 1000003;
     float *x = malloc(count * sizeof *x);
@@ -211,16 +235,20 @@ static int rank_identical_bits(int rank, int n, void *arg)
     for (size_t i = 0; i < count; i++)
         if (fabs(x[i] - exact[i]) > 1e-5 * n)
             MP_FAIL("element %zu: %g vs %g", i, x[i], exact[i]);
-    uint64_t *digests = mp_shared(NULL), h = 1469598103934665603ull;
-    const unsigned char *p = (const unsigned char *)x;
-    for (size_t i = 0; i < count * sizeof *x; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    digests[rank] = h;
-    float one = 1;
-    rcc_allreduce(&one, &one, 1, RCC_FLOAT32, RCC_SUM, comm); /* all digests written */
-    for (int r = 0; r < n; r++)
-        if (digests[r] != h)
-            MP_FAIL("rank %d's result differs from rank %d's", r, rank);
+    uint64_t *digests = mp_shared(NULL);
+    if (!same_everywhere(comm, digests, rank, n, digest(x, count * sizeof *x)))
+        MP_FAIL("the ranks' float32 sums differ");
+    /* NaNs with a different payload on every rank: which payload survives
+     * depends on the order of the operands, which must not differ. */
+    for (int op = 0; op < RCC_NUM_OPS; op++) {
+        uint16_t h16[7];
+        for (int i = 0; i < 7; i++)
+            h16[i] = (uint16_t)(i % 2 ? 0x7e00 | (rank * 7 + i) : 0x3c00 + rank);
+        if (rcc_allreduce(h16, h16, 7, RCC_FLOAT16, op, comm) != RCC_SUCCESS)
+            MP_FAIL("float16 allreduce: %s", rcc_last_error(comm));
+        if (!same_everywhere(comm, digests, rank, n, digest(h16, sizeof h16)))
+            MP_FAIL("the ranks' float16 %s results with NaNs differ", rcc_redop_name(op));
+    }
     rcc_comm_destroy(comm);
     free(x), free(exact);
     return 0;
@@ -229,16 +257,17 @@ static int rank_identical_bits(int rank, int n, void *arg)
 START_TEST(identical_bits)
 {
     ck_assert_int_eq(mp_run(_i, rank_identical_bits, NULL, 300), 0);
-    ck_assert_int_eq(mp_run(_i, rank_identical_bits, (void *)1, 300), 0);
+    ck_assert_int_eq(mp_run(_i, rank_identical_bits, "direct", 300), 0);
+    ck_assert_int_eq(mp_run(_i, rank_identical_bits, "rd", 300), 0);
 }
 END_TEST
 
-/* ---- each algorithm forced: ring and direct exchange ------------------------- */
+/* ---- each algorithm forced: ring, recursive doubling, direct exchange ------- */
 
 static int rank_algorithms(int rank, int n, void *arg)
 {
     /* Parameters are read once per process: set before the communicator. */
-    setenv("RCC_ALGO", arg ? "direct" : "ring", 1);
+    setenv("RCC_ALGO", arg, 1);
     rcc_comm_t comm = mp_comm(60000);
     static const size_t counts[] = {1, 3, 1021, 65537};
     static const rcc_datatype_t dts[] = {RCC_INT8, RCC_FLOAT16, RCC_FLOAT32, RCC_BFLOAT16,
@@ -252,12 +281,15 @@ static int rank_algorithms(int rank, int n, void *arg)
     return bad;
 }
 
-START_TEST(ring_algorithm_forced) { ck_assert_int_eq(mp_run(_i, rank_algorithms, NULL, 300), 0); }
+START_TEST(ring_algorithm_forced) { ck_assert_int_eq(mp_run(_i, rank_algorithms, "ring", 300), 0); }
+END_TEST
+
+START_TEST(rd_algorithm_forced) { ck_assert_int_eq(mp_run(_i, rank_algorithms, "rd", 300), 0); }
 END_TEST
 
 START_TEST(direct_algorithm_forced)
 {
-    ck_assert_int_eq(mp_run(_i, rank_algorithms, (void *)1, 300), 0);
+    ck_assert_int_eq(mp_run(_i, rank_algorithms, "direct", 300), 0);
 }
 END_TEST
 
@@ -581,8 +613,9 @@ static Suite *allreduce_suite(void)
     tcase_add_loop_test(tc, small_chunks, 2, 6);
     tcase_add_loop_test(tc, back_to_back_1000, 1, 6);
     tcase_add_loop_test(tc, two_communicators, 1, 6);
-    tcase_add_loop_test(tc, identical_bits, 2, 6);
+    tcase_add_loop_test(tc, identical_bits, 2, 7);
     tcase_add_loop_test(tc, ring_algorithm_forced, 1, 6);
+    tcase_add_loop_test(tc, rd_algorithm_forced, 1, 9);
     tcase_add_loop_test(tc, direct_algorithm_forced, 1, 6);
     tcase_add_loop_test(tc, adjacent_fusion, 1, 6);
     tcase_add_test(tc, more_than_2g_elements);
