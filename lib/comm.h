@@ -191,21 +191,37 @@ rcc_result_t rcci_p2p_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **
 rcc_result_t rcci_p2p_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed, int *done);
 void rcci_p2p_finish(struct rcc_comm *comm, rcci_exec_t *exec);
 void rcci_p2p_close(struct rcc_comm *comm);
-/* Allreduce algorithms: the pipelined ring (bandwidth-optimal), and for
- * small messages recursive doubling (log2 n rounds of pairwise exchange)
- * or the direct exchange (every rank sends its input to every other, one
- * round, n(n-1) messages). The small ones run on the point-to-point
- * executor (rcci_p2p_advance/finish). */
+/* Algorithms made of rounds of messages on the collectives' lane (one
+ * two-way connection per pair of ranks), run by the point-to-point executor
+ * (rcci_p2p_advance/finish). `next` is called once at the start and again
+ * each time all messages of a round are done: it handles what arrived, then
+ * writes the next round's messages (at most max_msgs) into msgs and returns
+ * 0, or returns 1 when the algorithm is over. `state` is the algorithm's
+ * own (malloc'd; freed by rcci_p2p_finish, also on failure to start). */
+typedef int (*rcci_round_fn)(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t *msgs,
+                             int *nmsgs);
+rcc_result_t rcci_p2p_rounds_start(struct rcc_comm *comm, rcci_op_t *op, const char *name,
+                                   rcci_round_fn next, void *state, int max_msgs,
+                                   rcci_exec_t **exec);
+
+/* Allreduce algorithms (coll/allreduce_rounds.c, except the ring): the
+ * pipelined ring (bandwidth-optimal, 2(n-1) steps), Rabenseifner's
+ * (reduce-scatter by recursive halving, allgather by recursive doubling:
+ * the ring's bytes in 2 log2(n) rounds), recursive doubling (log2(n)
+ * rounds, the whole buffer each) and the direct exchange (every rank sends
+ * its input to every other: one round, n(n-1) messages). */
 typedef enum {
     RCCI_ALLREDUCE_RING,
+    RCCI_ALLREDUCE_RABENSEIFNER,
     RCCI_ALLREDUCE_RD,
     RCCI_ALLREDUCE_DIRECT
 } rcci_allreduce_algo_t;
 /* The algorithm for an allreduce of `bytes` per rank on `comm` (RCC_ALGO,
- * RCC_SMALL_MAX_BYTES): the same answer on every rank. */
+ * RCC_SMALL_MAX_BYTES, RCC_MID_MAX_BYTES): the same answer on every rank. */
 rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t bytes);
-rcc_result_t rcci_small_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
-                                        rcci_allreduce_algo_t algo, rcci_exec_t **exec);
+/* Starts one of the round-based ones (not the ring). */
+rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
+                                         rcci_allreduce_algo_t algo, rcci_exec_t **exec);
 /* Adds a connection's descriptor to the progress thread's epoll set. */
 rcc_result_t rcci_progress_watch(struct rcc_comm *comm, int fd);
 

@@ -17,7 +17,7 @@
     X(DEBUG_FILE, STR, "", 0, 0, "log to this file instead of stderr; %h = host, %p = pid")        \
     X(TIMEOUT, INT, "300", 1, 86400,                                                               \
       "seconds any wait may go without progress before it fails with RCC_ERR_TIMEOUT")             \
-    X(CHUNK_BYTES, INT, "512K", 4096, 1073741824,                                                  \
+    X(CHUNK_BYTES, INT, "256K", 4096, 1073741824,                                                  \
       "pipeline chunk size: the unit that flows around the ring")                                  \
     X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \
     X(SOCKET_IFNAME, STR, "", 0, 0,                                                                \
@@ -26,10 +26,12 @@
       "SO_SNDBUF/SO_RCVBUF for data sockets; 0 leaves the kernel's autotuning")                    \
     X(TRANSPORT, STR, "", 0, 0, "force a transport by name (tcp); default: best per peer")         \
     X(ALGO, STR, "auto", 0, 0,                                                                     \
-      "allreduce algorithm: auto (rd up to RCC_SMALL_MAX_BYTES, else ring), ring, rd (recursive "  \
-      "doubling) or direct (every rank sends its input to every other)")                           \
-    X(SMALL_MAX_BYTES, INT, "16K", 0, 1ll << 30,                                                   \
+      "allreduce algorithm: auto (rd up to RCC_SMALL_MAX_BYTES, rabenseifner up to "               \
+      "RCC_MID_MAX_BYTES, else ring), ring, rabenseifner, rd (recursive doubling) or direct")      \
+    X(SMALL_MAX_BYTES, INT, "8K", 0, 1ll << 30,                                                    \
       "largest allreduce (bytes per rank) that auto runs by recursive doubling")                   \
+    X(MID_MAX_BYTES, INT, "1M", 0, 1ll << 40,                                                      \
+      "largest allreduce (bytes per rank) that auto runs by Rabenseifner's algorithm")             \
     X(FUSION_BYTES, INT, "64M", 0, 1ll << 40,                                                      \
       "largest fused buffer for allreduces issued in one group; 0 disables fusion")                \
     X(INLINE, INT, "1", 0, 1,                                                                      \

@@ -136,7 +136,7 @@ static rcc_result_t exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t
             rcci_allreduce_algo(comm, op->count * rcc_datatype_size(op->dtype));
         if (algo != RCCI_ALLREDUCE_RING) {
             op->small = 1;
-            return rcci_small_allreduce_start(comm, op, algo, exec);
+            return rcci_rounds_allreduce_start(comm, op, algo, exec);
         }
     }
     return rcci_coll_start(comm, op, exec);

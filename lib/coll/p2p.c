@@ -10,10 +10,11 @@
  * whole, straight from and into the caller's buffers; per-direction
  * sequence numbers match them in call order and catch a mismatch.
  *
- * The small-message allreduces run here too, as rounds of such messages on
- * a lane of their own whose connections carry both directions (the lower
- * rank connects): in an exchange each side's data then carries the
- * acknowledgement of the other's, halving the packets.
+ * Algorithms made of rounds of exchanges (the small and mid-sized
+ * allreduces, coll/allreduce_rounds.c) run here too, on a lane of their own
+ * whose connections carry both directions (the lower rank connects): in an
+ * exchange each side's data then carries the acknowledgement of the other's,
+ * halving the packets.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,15 +44,11 @@ struct rcci_exec {
     int nmsgs;
     p2p_state_t *st;
     int64_t last_progress_ns;
-    /* Allreduce by rounds: when a round's messages are all done,
-     * `round_done` reduces what came and sets up the next round's messages
-     * in own_msgs, or returns 1 at the end. */
+    /* An algorithm run as rounds (rcci_p2p_rounds_start). */
     const char *algo;
-    int (*round_done)(const struct rcc_comm *comm, rcci_exec_t *x);
-    int round;
-    char *tmp; /* direct: every rank's input in rank order; rd: one input */
+    rcci_round_fn next_round;
+    void *state;
     rcci_p2p_msg_t *own_msgs;
-    int rd_pof2, rd_rem, rd_vrank; /* recursive doubling (see rd_round_done) */
 };
 
 static rcc_result_t p2p_fail(struct rcc_comm *comm, rcci_exec_t *x, rcc_result_t res, int i)
@@ -125,158 +122,25 @@ rcc_result_t rcci_p2p_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **
     return p2p_begin(comm, x, x->nmsgs);
 }
 
-rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t bytes)
-{
-    const char *algo = rcci_param_str(RCCI_PARAM_ALGO);
-    if (comm->nranks < 2 || !strcmp(algo, "ring"))
-        return RCCI_ALLREDUCE_RING;
-    if (!strcmp(algo, "direct"))
-        return RCCI_ALLREDUCE_DIRECT;
-    if (!strcmp(algo, "rd"))
-        return RCCI_ALLREDUCE_RD;
-    return bytes <= (size_t)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES) ? RCCI_ALLREDUCE_RD
-                                                                       : RCCI_ALLREDUCE_RING;
-}
-
-static rcci_p2p_msg_t p2p_coll_msg(int peer, int is_send, const void *buf, size_t bytes)
-{
-    return (rcci_p2p_msg_t){peer, is_send, (char *)buf, bytes, RCCI_LANE_COLL};
-}
-
-/* Direct exchange, one round: every rank sends its input to every other,
- * then folds all inputs in rank order, the same on every rank. */
-static int direct_round_done(const struct rcc_comm *comm, rcci_exec_t *x)
-{
-    const rcci_op_t *op = x->op;
-    int n = comm->nranks;
-    size_t bytes = op->count * rcc_datatype_size(op->dtype);
-    char *acc = x->tmp; /* rank 0's block accumulates */
-    for (int q = 1; q < n; q++)
-        rcci_reduce(q == n - 1 ? (char *)op->recvbuf : acc, acc, x->tmp + (size_t)q * bytes,
-                    op->count, op->dtype, op->redop, q == n - 1 && op->redop == RCC_AVG ? n : 1);
-    return 1;
-}
-
-static rcc_result_t direct_start(struct rcc_comm *comm, rcci_exec_t *x, size_t bytes)
-{
-    int n = comm->nranks, r = comm->rank;
-    x->algo = "allreduce (direct exchange)";
-    x->round_done = direct_round_done;
-    x->tmp = malloc((size_t)n * bytes);
-    x->own_msgs = malloc(sizeof *x->own_msgs * 2 * (size_t)(n - 1));
-    if (!x->tmp || !x->own_msgs)
-        return rcci_error(RCC_ERR_NO_MEMORY, "direct allreduce of %zu bytes on %d ranks", bytes, n);
-    memcpy(x->tmp + (size_t)r * bytes, x->op->sendbuf, bytes);
-    int k = 0;
-    for (int step = 1; step < n; step++) { /* rank r+1 first, so that sends spread out */
-        int q = (r + step) % n;
-        x->own_msgs[k++] = p2p_coll_msg(q, 1, x->tmp + (size_t)r * bytes, bytes);
-        x->own_msgs[k++] = p2p_coll_msg(q, 0, x->tmp + (size_t)q * bytes, bytes);
-    }
-    x->msgs = x->own_msgs;
-    x->nmsgs = k;
-    return p2p_begin(comm, x, k);
-}
-
-/*
- * Recursive doubling: log2(p) rounds of pairwise exchange among p = the
- * largest power of two <= n ranks, each rank sending one message per round.
- * With rem = n - p, the first 2*rem ranks pair up first: each even one
- * hands its input to the odd one above it, and gets the result back after
- * the last round. Rank r's place among the p is its vrank.
- *
- * Every reduction puts the lower vrank's operand first, so both sides of a
- * pair compute the same bits (MAX/MIN/NaN payloads are not commutative),
- * and so all ranks end with identical results.
- */
-static int rd_real_rank(const rcci_exec_t *x, int vrank)
-{
-    return vrank < x->rd_rem ? 2 * vrank + 1 : vrank + x->rd_rem;
-}
-
-/* Sets up round x->round's messages; 1 when there are none left. */
-static int rd_plan(const struct rcc_comm *comm, rcci_exec_t *x)
-{
-    const rcci_op_t *op = x->op;
-    size_t bytes = op->count * rcc_datatype_size(op->dtype);
-    int r = comm->rank, rounds = 0;
-    for (int m = 1; m < x->rd_pof2; m <<= 1)
-        rounds++;
-    /* Round 0: the fold; rounds 1..rounds: the doubling; then the unfold. */
-    int k = 0;
-    if (x->round == 0) {
-        if (r < 2 * x->rd_rem)
-            x->own_msgs[k++] = r % 2 ? p2p_coll_msg(r - 1, 0, x->tmp, bytes)
-                                     : p2p_coll_msg(r + 1, 1, op->sendbuf, bytes);
-    } else if (x->round <= rounds) {
-        if (x->rd_vrank >= 0) {
-            int partner = rd_real_rank(x, x->rd_vrank ^ (1 << (x->round - 1)));
-            x->own_msgs[k++] = p2p_coll_msg(partner, 1, op->recvbuf, bytes);
-            x->own_msgs[k++] = p2p_coll_msg(partner, 0, x->tmp, bytes);
-        }
-    } else if (x->round == rounds + 1) {
-        if (r < 2 * x->rd_rem)
-            x->own_msgs[k++] = r % 2 ? p2p_coll_msg(r - 1, 1, op->recvbuf, bytes)
-                                     : p2p_coll_msg(r + 1, 0, op->recvbuf, bytes);
-    } else {
-        return 1;
-    }
-    x->nmsgs = k;
-    return 0;
-}
-
-static int rd_round_done(const struct rcc_comm *comm, rcci_exec_t *x)
-{
-    const rcci_op_t *op = x->op;
-    int rounds = 0;
-    for (int m = 1; m < x->rd_pof2; m <<= 1)
-        rounds++;
-    char *acc = op->recvbuf;
-    int last = x->round == rounds; /* the doubling's last round completes the sum */
-    int divisor = last && op->redop == RCC_AVG ? comm->nranks : 1;
-    if (x->round == 0 && x->nmsgs == 1 && comm->rank % 2) /* fold: the even rank is vrank-lower */
-        rcci_reduce(acc, x->tmp, op->sendbuf, op->count, op->dtype, op->redop, 1);
-    else if (x->round == 0 && comm->rank >= 2 * x->rd_rem && op->sendbuf != op->recvbuf)
-        memcpy(acc, op->sendbuf, op->count * rcc_datatype_size(op->dtype));
-    if (x->round >= 1 && x->round <= rounds && x->rd_vrank >= 0) {
-        int mine_first = x->rd_vrank < (x->rd_vrank ^ (1 << (x->round - 1)));
-        rcci_reduce(acc, mine_first ? acc : x->tmp, mine_first ? x->tmp : acc, op->count, op->dtype,
-                    op->redop, divisor);
-    }
-    x->round++;
-    return rd_plan(comm, x);
-}
-
-static rcc_result_t rd_start(struct rcc_comm *comm, rcci_exec_t *x, size_t bytes)
-{
-    int n = comm->nranks, r = comm->rank;
-    x->algo = "allreduce (recursive doubling)";
-    x->round_done = rd_round_done;
-    x->rd_pof2 = 1;
-    while (2 * x->rd_pof2 <= n)
-        x->rd_pof2 *= 2;
-    x->rd_rem = n - x->rd_pof2;
-    x->rd_vrank = r < 2 * x->rd_rem ? (r % 2 ? r / 2 : -1) : r - x->rd_rem;
-    x->tmp = malloc(bytes);
-    x->own_msgs = malloc(sizeof *x->own_msgs * 2);
-    if (!x->tmp || !x->own_msgs)
-        return rcci_error(RCC_ERR_NO_MEMORY, "allreduce of %zu bytes: receive buffer", bytes);
-    x->round = 0;
-    rd_plan(comm, x);
-    x->msgs = x->own_msgs;
-    return p2p_begin(comm, x, 2);
-}
-
-rcc_result_t rcci_small_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
-                                        rcci_allreduce_algo_t algo, rcci_exec_t **out)
+rcc_result_t rcci_p2p_rounds_start(struct rcc_comm *comm, rcci_op_t *op, const char *name,
+                                   rcci_round_fn next, void *state, int max_msgs, rcci_exec_t **out)
 {
     rcci_exec_t *x = calloc(1, sizeof *x);
-    if (!x)
-        return rcci_error(RCC_ERR_NO_MEMORY, "allreduce state");
+    rcci_p2p_msg_t *msgs = calloc((size_t)max_msgs, sizeof *msgs);
+    if (!x || !msgs) {
+        free(x), free(msgs), free(state);
+        return rcci_error(RCC_ERR_NO_MEMORY, "%s: state", name);
+    }
     *out = x;
     x->op = op;
-    size_t bytes = op->count * rcc_datatype_size(op->dtype);
-    return algo == RCCI_ALLREDUCE_DIRECT ? direct_start(comm, x, bytes) : rd_start(comm, x, bytes);
+    x->algo = name;
+    x->next_round = next;
+    x->state = state;
+    x->own_msgs = msgs;
+    x->msgs = msgs;
+    if (next(comm, state, msgs, &x->nmsgs)) /* over before it began */
+        x->next_round = NULL;
+    return p2p_begin(comm, x, max_msgs);
 }
 
 /* The collectives' lane carries both directions on one connection. */
@@ -381,7 +245,7 @@ again:
         if (st->state != P2P_DONE)
             *done = 0;
     }
-    if (*done && x->round_done && !x->round_done(comm, x)) {
+    if (*done && x->next_round && !x->next_round(comm, x->state, x->own_msgs, &x->nmsgs)) {
         p2p_number(comm, x); /* the next round starts at once */
         *progressed = 1;
         goto again;
@@ -415,7 +279,7 @@ void rcci_p2p_finish(struct rcc_comm *comm, rcci_exec_t *x)
     }
     rcci_tls_error_set(error);
     free(x->st);
-    free(x->tmp);
+    free(x->state);
     free(x->own_msgs);
     free(x);
 }

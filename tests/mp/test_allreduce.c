@@ -259,10 +259,11 @@ START_TEST(identical_bits)
     ck_assert_int_eq(mp_run(_i, rank_identical_bits, NULL, 300), 0);
     ck_assert_int_eq(mp_run(_i, rank_identical_bits, "direct", 300), 0);
     ck_assert_int_eq(mp_run(_i, rank_identical_bits, "rd", 300), 0);
+    ck_assert_int_eq(mp_run(_i, rank_identical_bits, "rabenseifner", 300), 0);
 }
 END_TEST
 
-/* ---- each algorithm forced: ring, recursive doubling, direct exchange ------- */
+/* ---- each algorithm forced ---------------------------------------------------- */
 
 static int rank_algorithms(int rank, int n, void *arg)
 {
@@ -282,6 +283,12 @@ static int rank_algorithms(int rank, int n, void *arg)
 }
 
 START_TEST(ring_algorithm_forced) { ck_assert_int_eq(mp_run(_i, rank_algorithms, "ring", 300), 0); }
+END_TEST
+
+START_TEST(rabenseifner_algorithm_forced)
+{
+    ck_assert_int_eq(mp_run(_i, rank_algorithms, "rabenseifner", 300), 0);
+}
 END_TEST
 
 START_TEST(rd_algorithm_forced) { ck_assert_int_eq(mp_run(_i, rank_algorithms, "rd", 300), 0); }
@@ -616,6 +623,7 @@ static Suite *allreduce_suite(void)
     tcase_add_loop_test(tc, identical_bits, 2, 7);
     tcase_add_loop_test(tc, ring_algorithm_forced, 1, 6);
     tcase_add_loop_test(tc, rd_algorithm_forced, 1, 9);
+    tcase_add_loop_test(tc, rabenseifner_algorithm_forced, 1, 9);
     tcase_add_loop_test(tc, direct_algorithm_forced, 1, 6);
     tcase_add_loop_test(tc, adjacent_fusion, 1, 6);
     tcase_add_test(tc, more_than_2g_elements);

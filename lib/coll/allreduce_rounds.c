@@ -1,0 +1,230 @@
+/*
+ * Allreduces made of rounds of pairwise exchanges, for the sizes where the
+ * ring's 2(n-1) steps cost more than its bandwidth saves:
+ *
+ *  direct         one round: every rank sends its input to every other and
+ *                 folds all inputs in rank order (n(n-1) messages)
+ *  rd             recursive doubling: log2(p) rounds, the whole buffer each
+ *  rabenseifner   reduce-scatter by recursive halving, then allgather by
+ *                 recursive doubling: 2 log2(p) rounds moving the ring's
+ *                 bytes, 2(p-1)/p of the buffer per rank
+ *
+ * p is the largest power of two <= n. With rem = n - p, rd and rabenseifner
+ * first fold the extra ranks in: each of ranks 0, 2, ..., 2rem-2 hands its
+ * input to the odd rank above it (round 0) and gets the result back after
+ * the last round. A rank's place among the p is its vrank.
+ *
+ * All ranks end with identical bits: every pairwise reduction puts the lower
+ * vrank's operand first (MAX/MIN and NaN payloads are not commutative), so
+ * both sides of an rd pair compute the same thing; in rabenseifner each
+ * block is reduced at one rank only and then copied.
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "params.h"
+#include "reduce.h"
+
+rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t bytes)
+{
+    const char *algo = rcci_param_str(RCCI_PARAM_ALGO);
+    if (comm->nranks < 2 || !strcmp(algo, "ring"))
+        return RCCI_ALLREDUCE_RING;
+    if (!strcmp(algo, "direct"))
+        return RCCI_ALLREDUCE_DIRECT;
+    if (!strcmp(algo, "rd"))
+        return RCCI_ALLREDUCE_RD;
+    if (!strcmp(algo, "rabenseifner"))
+        return RCCI_ALLREDUCE_RABENSEIFNER;
+    if (bytes <= (size_t)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES))
+        return RCCI_ALLREDUCE_RD;
+    if (bytes <= (size_t)rcci_param_int(RCCI_PARAM_MID_MAX_BYTES))
+        return RCCI_ALLREDUCE_RABENSEIFNER;
+    return RCCI_ALLREDUCE_RING;
+}
+
+typedef struct {
+    const rcci_op_t *op;
+    size_t esize;
+    int round; /* the round whose messages were handed out last; -1 at the start */
+    int pof2, rem, vrank, levels;
+    int rabenseifner;
+    char *tmp; /* direct: every rank's input, in rank order; otherwise what a round brings */
+    _Alignas(max_align_t) char tmp_mem[];
+} rounds_t;
+
+static rcci_p2p_msg_t coll_msg(int peer, int is_send, const void *buf, size_t bytes)
+{
+    return (rcci_p2p_msg_t){peer, is_send, (char *)buf, bytes, RCCI_LANE_COLL};
+}
+
+/* ---- direct exchange --------------------------------------------------- */
+
+static int direct_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t *msgs, int *nmsgs)
+{
+    rounds_t *a = state;
+    const rcci_op_t *op = a->op;
+    int n = comm->nranks, r = comm->rank;
+    size_t bytes = op->count * a->esize;
+    if (++a->round == 0) {
+        int k = 0;
+        for (int step = 1; step < n; step++) { /* rank r+1 first, so that sends spread out */
+            int q = (r + step) % n;
+            msgs[k++] = coll_msg(q, 1, a->tmp + (size_t)r * bytes, bytes);
+            msgs[k++] = coll_msg(q, 0, a->tmp + (size_t)q * bytes, bytes);
+        }
+        *nmsgs = k;
+        return 0;
+    }
+    char *acc = a->tmp; /* rank 0's block accumulates */
+    for (int q = 1; q < n; q++)
+        rcci_reduce(q == n - 1 ? (char *)op->recvbuf : acc, acc, a->tmp + (size_t)q * bytes,
+                    op->count, op->dtype, op->redop, q == n - 1 && op->redop == RCC_AVG ? n : 1);
+    return 1;
+}
+
+/* ---- recursive doubling and Rabenseifner ------------------------------- */
+
+static int real_rank(const rounds_t *a, int vrank)
+{
+    return vrank < a->rem ? 2 * vrank + 1 : vrank + a->rem;
+}
+
+/* The elements [*lo, *hi) that `vrank` holds after `halvings` rounds of
+ * recursive halving: each round keeps the lower half when the vrank's bit
+ * for that round (p/2, p/4, ...) is clear, the upper half when set. */
+static void halving_segment(const rounds_t *a, int vrank, int halvings, size_t *lo, size_t *hi)
+{
+    *lo = 0, *hi = a->op->count;
+    for (int i = 1; i <= halvings; i++) {
+        size_t mid = *lo + (*hi - *lo) / 2;
+        if (vrank & (a->pof2 >> i))
+            *lo = mid;
+        else
+            *hi = mid;
+    }
+}
+
+static void add_msg(rcci_p2p_msg_t *msgs, int *k, int peer, int is_send, const void *buf,
+                    size_t bytes)
+{
+    if (bytes) /* both sides compute the same sizes, so both skip an empty one */
+        msgs[(*k)++] = coll_msg(peer, is_send, buf, bytes);
+}
+
+/* Handles round a->round's arrivals. */
+static void rounds_reduce(const struct rcc_comm *comm, rounds_t *a)
+{
+    const rcci_op_t *op = a->op;
+    char *acc = op->recvbuf;
+    int r = comm->rank, j = a->round, v = a->vrank, L = a->levels;
+    if (j == 0) {                    /* the fold */
+        if (r < 2 * a->rem && r % 2) /* the even rank's input comes first */
+            rcci_reduce(acc, a->tmp, op->sendbuf, op->count, op->dtype, op->redop, 1);
+        else if (r >= 2 * a->rem && op->sendbuf != op->recvbuf)
+            memcpy(acc, op->sendbuf, op->count * a->esize);
+        return;
+    }
+    if (v < 0)
+        return;
+    if (!a->rabenseifner && j <= L) { /* recursive doubling: the whole buffer */
+        int mine_first = v < (v ^ (1 << (j - 1)));
+        int divisor = j == L && op->redop == RCC_AVG ? comm->nranks : 1;
+        rcci_reduce(acc, mine_first ? acc : a->tmp, mine_first ? a->tmp : acc, op->count, op->dtype,
+                    op->redop, divisor);
+    } else if (a->rabenseifner && j <= L) { /* halving: the half kept */
+        size_t lo, hi;
+        halving_segment(a, v, j, &lo, &hi);
+        char *kept = acc + lo * a->esize;
+        int mine_first = !(v & (a->pof2 >> j));
+        int divisor = j == L && op->redop == RCC_AVG ? comm->nranks : 1;
+        rcci_reduce(kept, mine_first ? kept : a->tmp, mine_first ? a->tmp : kept, hi - lo,
+                    op->dtype, op->redop, divisor);
+    }
+    /* allgather rounds receive in place; the unfold is a copy */
+}
+
+/* Writes round a->round's messages. */
+static void rounds_plan(const struct rcc_comm *comm, rounds_t *a, rcci_p2p_msg_t *msgs, int *nmsgs)
+{
+    const rcci_op_t *op = a->op;
+    size_t bytes = op->count * a->esize, es = a->esize;
+    char *acc = op->recvbuf;
+    int r = comm->rank, j = a->round, v = a->vrank, L = a->levels;
+    int body = a->rabenseifner ? 2 * L : L, k = 0;
+    if (j == 0) {
+        if (r < 2 * a->rem)
+            add_msg(msgs, &k, r % 2 ? r - 1 : r + 1, !(r % 2), r % 2 ? a->tmp : op->sendbuf, bytes);
+    } else if (j <= body && v >= 0) {
+        if (!a->rabenseifner) {
+            int peer = real_rank(a, v ^ (1 << (j - 1)));
+            add_msg(msgs, &k, peer, 1, acc, bytes);
+            add_msg(msgs, &k, peer, 0, a->tmp, bytes);
+        } else if (j <= L) { /* halving round j: send the half the partner keeps */
+            int m = a->pof2 >> j, peer = real_rank(a, v ^ m);
+            size_t lo, hi, plo, phi;
+            halving_segment(a, v, j, &lo, &hi);
+            halving_segment(a, v ^ m, j, &plo, &phi);
+            add_msg(msgs, &k, peer, 1, acc + plo * es, (phi - plo) * es);
+            add_msg(msgs, &k, peer, 0, a->tmp, (hi - lo) * es);
+        } else { /* doubling round j - L: undoes halving round 2L - j + 1 */
+            int h = 2 * L - j + 1, m = a->pof2 >> h, peer = real_rank(a, v ^ m);
+            size_t lo, hi, plo, phi;
+            halving_segment(a, v, h, &lo, &hi);
+            halving_segment(a, v ^ m, h, &plo, &phi);
+            add_msg(msgs, &k, peer, 1, acc + lo * es, (hi - lo) * es);
+            add_msg(msgs, &k, peer, 0, acc + plo * es, (phi - plo) * es);
+        }
+    } else if (j == body + 1) { /* the unfold */
+        if (r < 2 * a->rem)
+            add_msg(msgs, &k, r % 2 ? r - 1 : r + 1, r % 2, acc, bytes);
+    }
+    *nmsgs = k;
+}
+
+static int rounds_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t *msgs, int *nmsgs)
+{
+    rounds_t *a = state;
+    int body = a->rabenseifner ? 2 * a->levels : a->levels;
+    if (a->round >= 0)
+        rounds_reduce(comm, a);
+    if (++a->round > body + 1)
+        return 1;
+    rounds_plan(comm, a, msgs, nmsgs);
+    return 0;
+}
+
+rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
+                                         rcci_allreduce_algo_t algo, rcci_exec_t **exec)
+{
+    int n = comm->nranks, r = comm->rank;
+    size_t esize = rcc_datatype_size(op->dtype), bytes = op->count * esize;
+    /* direct: every rank's input; the others: the fold's whole input
+     * (rabenseifner's rounds need at most half) */
+    size_t tmp_bytes = algo == RCCI_ALLREDUCE_DIRECT ? (size_t)n * bytes : bytes;
+    rounds_t *a = malloc(sizeof *a + tmp_bytes);
+    if (!a)
+        return rcci_error(RCC_ERR_NO_MEMORY, "allreduce of %zu bytes on %d ranks: buffers", bytes,
+                          n);
+    memset(a, 0, sizeof *a);
+    a->tmp = a->tmp_mem;
+    a->op = op;
+    a->esize = esize;
+    a->round = -1;
+    if (algo == RCCI_ALLREDUCE_DIRECT) {
+        memcpy(a->tmp + (size_t)r * bytes, op->sendbuf, bytes);
+        return rcci_p2p_rounds_start(comm, op, "allreduce (direct exchange)", direct_next, a,
+                                     2 * (n - 1), exec);
+    }
+    a->rabenseifner = algo == RCCI_ALLREDUCE_RABENSEIFNER;
+    a->pof2 = 1;
+    while (2 * a->pof2 <= n)
+        a->pof2 *= 2, a->levels++;
+    a->rem = n - a->pof2;
+    a->vrank = r < 2 * a->rem ? (r % 2 ? r / 2 : -1) : r - a->rem;
+    return rcci_p2p_rounds_start(
+        comm, op, a->rabenseifner ? "allreduce (rabenseifner)" : "allreduce (recursive doubling)",
+        rounds_next, a, 2, exec);
+}
