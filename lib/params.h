@@ -27,11 +27,12 @@
     X(TRANSPORT, STR, "", 0, 0, "force a transport by name (tcp); default: best per peer")         \
     X(ALGO, STR, "auto", 0, 0,                                                                     \
       "allreduce algorithm: auto (rd up to RCC_SMALL_MAX_BYTES, rabenseifner up to "               \
-      "RCC_MID_MAX_BYTES, else ring), ring, rabenseifner, rd (recursive doubling) or direct")      \
+      "RCC_MID_MAX_BYTES on 2^k ranks, else ring), ring, rabenseifner, rd or direct")              \
     X(SMALL_MAX_BYTES, INT, "8K", 0, 1ll << 30,                                                    \
       "largest allreduce (bytes per rank) that auto runs by recursive doubling")                   \
-    X(MID_MAX_BYTES, INT, "1M", 0, 1ll << 40,                                                      \
-      "largest allreduce (bytes per rank) that auto runs by Rabenseifner's algorithm")             \
+    X(MID_MAX_BYTES, INT, "2M", 0, 1ll << 40,                                                      \
+      "largest allreduce (bytes per rank) that auto runs by Rabenseifner's algorithm (rank "       \
+      "counts that are powers of two; the others take the ring)")                                  \
     X(FUSION_BYTES, INT, "64M", 0, 1ll << 40,                                                      \
       "largest fused buffer for allreduces issued in one group; 0 disables fusion")                \
     X(INLINE, INT, "1", 0, 1,                                                                      \

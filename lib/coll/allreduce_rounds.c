@@ -40,7 +40,10 @@ rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t by
         return RCCI_ALLREDUCE_RABENSEIFNER;
     if (bytes <= (size_t)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES))
         return RCCI_ALLREDUCE_RD;
-    if (bytes <= (size_t)rcci_param_int(RCCI_PARAM_MID_MAX_BYTES))
+    /* Folding extra ranks in moves the whole buffer twice more over their
+     * links: fine for latency-bound sizes, not for bandwidth-bound ones. */
+    int pof2 = (comm->nranks & (comm->nranks - 1)) == 0;
+    if (pof2 && bytes <= (size_t)rcci_param_int(RCCI_PARAM_MID_MAX_BYTES))
         return RCCI_ALLREDUCE_RABENSEIFNER;
     return RCCI_ALLREDUCE_RING;
 }

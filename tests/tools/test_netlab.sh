@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Tests tools/netlab: labs come up shaped, run ranks (3 and 5: odd rings),
+# pass failures and timeouts on, and leave nothing behind, also when stopped.
+#
+#   test_netlab.sh /path/to/tools/netlab /path/to/ringcc-perf
+#
+# Exits 77 (skipped) with the reason where labs cannot be made (no root /
+# CAP_NET_ADMIN, no iproute2, no tbf). Prints "ok:"/"FAIL:" per check.
+# shellcheck disable=SC2016 # $NETLAB_* must expand in the ranks' shells
+set -uo pipefail
+if [[ $# -ne 2 ]]; then
+    echo "usage: $0 NETLAB RINGCC_PERF" >&2
+    exit 2
+fi
+NETLAB=$1
+PERF=$2
+if ! why=$("$NETLAB" check 2>&1); then
+    echo "SKIP: $why"
+    exit 77
+fi
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_netlab.XXXXXX")
+LAB=tnl$$
+trap '"$NETLAB" down "$LAB" 2>/dev/null; rm -rf "$TMP"' EXIT
+failed=()
+
+check() { # NAME COMMAND... : passes when the command succeeds
+    local name=$1
+    shift
+    if "$@"; then
+        echo "ok: $name"
+    else
+        echo "FAIL: $name"
+        failed+=("$name")
+    fi
+}
+
+# The lab number a `run` used, from its first line ("... rank 0 at 10.77.L.1:port ...").
+lab_num_of() { sed -nE 's/.*rank 0 at 10\.77\.([0-9]+)\.1:.*/\1/p' "$1" | head -n 1; }
+
+# Nothing of lab number L is left: no namespaces, no state.
+lab_gone() {
+    local num=$1
+    [[ -n $num ]] || return 1
+    ! ip netns list | grep -qE "^nl$num-" && [[ ! -e /run/netlab/.num$num ]]
+}
+
+logged() { # OUT COMMAND... : runs it with its output in OUT (shown on failure)
+    local out=$1
+    shift
+    "$@" >"$out" 2>&1 && return 0
+    tail -n 20 "$out"
+    return 1
+}
+
+# 1. Odd rings in shaped and unshaped labs, results checked by ringcc-perf
+#    (non-zero exit on any wrong element).
+check "3 ranks at 1gbit: allreduce, every dtype, checked" logged "$TMP/r3.out" \
+    timeout 300 "$NETLAB" run -n 3 -r 1gbit -- "$PERF" -b 8 -e 1M -f 32 -n 2 -w 1 -d all -o sum
+check "5 ranks unshaped: allreduce, every op, checked" logged "$TMP/r5.out" \
+    timeout 300 "$NETLAB" run -n 5 -r none -- "$PERF" -b 1 -e 4M -f 16 -n 2 -w 1 -o all
+check "5 ranks at 1gbit: allgather, checked" logged "$TMP/r5ag.out" \
+    timeout 300 "$NETLAB" run -n 5 -r 1gbit -- "$PERF" -C allgather -b 8 -e 1M -f 64 -n 2 -w 1
+check "a finished run leaves no namespace or state" lab_gone "$(lab_num_of "$TMP/r5.out")"
+
+# 2. Failures and timeouts reach the exit status, and the lab still goes.
+"$NETLAB" run -n 2 -r none -- sh -c 'exit $((NETLAB_RANK == 1 ? 3 : 0))' >"$TMP/fail.out" 2>&1
+check "a rank's failure is the exit status (3)" test $? -eq 3
+check "the failing rank is named" grep -q "rank 1 exited with status 3" "$TMP/fail.out"
+start=$SECONDS
+"$NETLAB" run -n 2 -r none -t 2 -- sleep 60 >"$TMP/timeout.out" 2>&1
+st=$?
+check "a rank past -t is stopped (124)" test "$st" -eq 124
+check "... within seconds" test $((SECONDS - start)) -lt 20
+check "... and its lab is gone" lab_gone "$(lab_num_of "$TMP/timeout.out")"
+
+# 3. Stopped from outside (what Ctrl-C does to the whole process group).
+"$NETLAB" run -n 2 -r none -- sleep 60 >"$TMP/term.out" 2>&1 &
+pid=$!
+for _ in $(seq 50); do grep -q "rank 0 at" "$TMP/term.out" 2>/dev/null && break; sleep 0.1; done
+sleep 0.5
+kill -TERM "$pid"
+wait "$pid"
+st=$?
+check "a stopped run exits 130" test "$st" -eq 130
+sleep 0.5
+check "... and tears its lab down" lab_gone "$(lab_num_of "$TMP/term.out")"
+
+# 4. A lab that stays: addresses, exec, the rsh stand-in, shaping, down.
+check "up" "$NETLAB" up -n 3 -r 100mbit "$LAB"
+a1=$("$NETLAB" addr "$LAB" 1)
+check "rank 1's address is in its namespace" \
+    sh -c "'$NETLAB' exec '$LAB' 1 ip -o -4 addr show lab0 | grep -q ' $a1/'"
+check "rsh runs the command line in the namespace that owns the host" \
+    sh -c "'$NETLAB' rsh -x '$a1' 'ip -o -4 addr show lab0' | grep -q ' $a1/'"
+if command -v iperf3 >/dev/null; then
+    "$NETLAB" exec "$LAB" 1 iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
+    sleep 0.5
+    mbit=$("$NETLAB" exec "$LAB" 0 iperf3 -c "$a1" -p 5299 -t 2 -J 2>/dev/null |
+        python3 -c 'import json,sys; print(int(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e6))' 2>/dev/null || echo 0)
+    wait
+    # Wide bounds: this checks that tbf is in place, not how well it shapes.
+    check "a 100mbit link carries 50..105 Mbit/s (got $mbit)" test "$mbit" -ge 50 -a "$mbit" -le 105
+else
+    echo "skip: shaping check (no iperf3)"
+fi
+lnum=$(sed -nE 's/^lab_num=([0-9]+)$/\1/p' "/run/netlab/$LAB")
+check "list shows the lab" sh -c "'$NETLAB' list | grep -q '^$LAB: 3 ranks'"
+check "down" "$NETLAB" down "$LAB"
+check "... removes everything" lab_gone "$lnum"
+
+# 5. Bad input: a clear message and status 2, nothing made.
+"$NETLAB" up -n 0 "$LAB" >"$TMP/bad1" 2>&1
+check "-n 0 is refused" test $? -eq 2
+check "... with a message naming it" grep -q "bad rank count '0'" "$TMP/bad1"
+"$NETLAB" run -n 2 -r 5parsecs -- true >"$TMP/bad2" 2>&1
+check "a bad rate is refused" test $? -eq 2
+check "... with a message naming it" grep -q "'5parsecs'" "$TMP/bad2"
+"$NETLAB" exec nosuchlab 0 true >"$TMP/bad3" 2>&1
+check "an unknown lab is named" grep -q "no lab named 'nosuchlab'" "$TMP/bad3"
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+    echo "${#failed[@]} check(s) failed: ${failed[*]}"
+    exit 1
+fi
+echo "all netlab checks passed"
