@@ -218,7 +218,10 @@ RCC_API const char *rcc_last_error(rcc_comm_t comm);
  * checks its arguments, queues the operation and returns at once; the
  * communicator's progress thread runs queued operations in call order.
  * Buffers belong to the library until the request completes. A blocking
- * call is its nonblocking form followed by rcc_wait.
+ * call is its nonblocking form followed by rcc_wait; when nothing else is
+ * queued or running on the communicator it runs on the calling thread
+ * instead (RCC_INLINE), handing over to the progress thread as soon as
+ * another thread queues work behind it.
  *
  * Room reserved for later versions: rcc_<collective>_stream() (CUDA stream
  * ordered).

@@ -121,6 +121,10 @@ struct rcc_comm {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     rcci_op_t *queue_head, *queue_tail;
+    /* A caller's inline operation handed to the progress thread mid-way
+     * (more work was queued behind it), under `lock`. */
+    rcci_op_t *adopt_op;
+    struct rcci_exec *adopt_exec;
     uint32_t next_seq;
     uint64_t splits; /* rcc_comm_split calls so far (caller's thread only) */
     int stopping;

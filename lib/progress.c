@@ -178,6 +178,17 @@ typedef struct {
 
 /* The next operation to admit, if any; taking one makes the progress thread
  * the engine's driver. Nothing while a caller drives inline. */
+/* Doubles the active list; non-zero when out of memory. */
+static int grow_active(active_t **act, int *cap)
+{
+    active_t *grown = realloc(*act, sizeof **act * (size_t)(*cap ? 2 * *cap : 16));
+    if (!grown)
+        return 1;
+    *act = grown;
+    *cap = *cap ? 2 * *cap : 16;
+    return 0;
+}
+
 static rcci_op_t *progress_pop(struct rcc_comm *comm, int only_p2p, int *stop)
 {
     pthread_mutex_lock(&comm->lock);
@@ -243,16 +254,21 @@ static void *progress_main(void *arg)
             rcc_result_t res = rcci_error(RCC_ERR_ABORTED, "the communicator was aborted");
             progress_fail_all(comm, act, &nact, res);
         }
+        /* An operation a caller started inline and handed over runs first:
+         * it was called before anything queued. */
+        if (nact < cap || !grow_active(&act, &cap)) {
+            pthread_mutex_lock(&comm->lock);
+            if (comm->adopt_op) {
+                act[nact++] = (active_t){comm->adopt_op, comm->adopt_exec};
+                comm->adopt_op = NULL, comm->adopt_exec = NULL;
+            }
+            pthread_mutex_unlock(&comm->lock);
+        }
         /* Admit queued work: anything when idle, more point-to-point while
          * only point-to-point runs. */
         for (;;) {
-            if (nact == cap) {
-                active_t *grown = realloc(act, sizeof *act * (size_t)(cap ? 2 * cap : 16));
-                if (!grown)
-                    break; /* runs what it has; admits more when some end */
-                act = grown;
-                cap = cap ? 2 * cap : 16;
-            }
+            if (nact == cap && grow_active(&act, &cap))
+                break; /* runs what it has; admits more when some end */
             int only_p2p = nact > 0;
             rcci_op_t *op = progress_pop(comm, only_p2p, &stop);
             if (!op)
@@ -308,6 +324,26 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
+/* Work queued behind an inline operation (another thread's call) must not
+ * wait for it: point-to-point operations run beside it, and its completion
+ * may depend on them. So the running operation moves to the progress
+ * thread, which runs them all as if it had started it. */
+static int inline_hand_off(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec)
+{
+    pthread_mutex_lock(&comm->lock);
+    int hand_off = comm->queue_head != NULL;
+    if (hand_off) {
+        atomic_fetch_add(&op->refs, 1); /* the progress thread's */
+        comm->adopt_op = op;
+        comm->adopt_exec = exec;
+        comm->engine = RCCI_ENGINE_PROGRESS;
+    }
+    pthread_mutex_unlock(&comm->lock);
+    if (hand_off)
+        progress_wake(comm);
+    return hand_off;
+}
+
 int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
 {
     if (!rcci_param_int(RCCI_PARAM_INLINE) || !comm->progress_started)
@@ -337,6 +373,8 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
         res = exec_advance(comm, op, exec, &progressed, &done);
         if (res != RCC_SUCCESS || done)
             break;
+        if (inline_hand_off(comm, op, exec))
+            return 1; /* the progress thread ends it; the caller waits for it */
         int64_t now = rcci_now_ns();
         if (progressed) {
             idle_since = now;

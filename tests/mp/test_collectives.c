@@ -714,6 +714,67 @@ static int rank_two_threads(int rank, int n, void *arg)
 START_TEST(two_comms_two_threads) { ck_assert_int_eq(mp_run(_i, rank_two_threads, NULL, 180), 0); }
 END_TEST
 
+/* ---- two threads on one communicator: a blocking send and a blocking
+ * receive, each larger than the sockets hold. Neither may wait for the
+ * other (the first to start runs on its caller's thread, and must let the
+ * second run beside it). ------------------------------------------------- */
+
+typedef struct {
+    rcc_comm_t comm;
+    int peer, is_send;
+    uint8_t *buf;
+    size_t bytes;
+    rcc_result_t res;
+} one_way_t;
+
+static void *one_way_main(void *arg)
+{
+    one_way_t *w = arg;
+    w->res = w->is_send ? rcc_send(w->buf, w->bytes, RCC_UINT8, w->peer, w->comm)
+                        : rcc_recv(w->buf, w->bytes, RCC_UINT8, w->peer, w->comm);
+    return NULL;
+}
+
+static int rank_send_recv_threads(int rank, int n, void *arg)
+{
+    (void)arg;
+    rcc_comm_t comm = mp_comm(30000);
+    size_t bytes = 16u << 20;
+    int peer = rank ^ 1;
+    uint8_t *out = malloc(bytes), *in = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++)
+        out[i] = (uint8_t)(i * 7 + (size_t)rank);
+    int bad = 0;
+    if (peer < n) {
+        one_way_t s = {comm, peer, 1, out, bytes, RCC_SUCCESS};
+        one_way_t r = {comm, peer, 0, in, bytes, RCC_SUCCESS};
+        pthread_t ts, tr;
+        /* The send first, so that it is the one running inline. */
+        pthread_create(&ts, NULL, one_way_main, &s);
+        usleep(20000);
+        pthread_create(&tr, NULL, one_way_main, &r);
+        pthread_join(ts, NULL);
+        pthread_join(tr, NULL);
+        if (s.res != RCC_SUCCESS || r.res != RCC_SUCCESS)
+            MP_FAIL("send %s, recv %s: %s", rcc_result_name(s.res), rcc_result_name(r.res),
+                    rcc_last_error(comm));
+        for (size_t i = 0; i < bytes && !bad; i++)
+            if (in[i] != (uint8_t)(i * 7 + (size_t)peer))
+                bad = 1;
+        if (bad)
+            MP_FAIL("the received bytes are wrong");
+    }
+    free(out), free(in);
+    rcc_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(send_recv_two_threads)
+{
+    ck_assert_int_eq(mp_run(_i, rank_send_recv_threads, NULL, 120), 0);
+}
+END_TEST
+
 /* ---- refused arguments ------------------------------------------------------------ */
 
 /* The call must fail with RCC_ERR_INVALID_ARGUMENT and a message that
@@ -835,6 +896,7 @@ static Suite *collectives_suite(void)
     tcase_add_loop_test(tc, barrier, 1, 6);
     tcase_add_loop_test(tc, nonblocking_mixed, 1, 6);
     tcase_add_loop_test(tc, two_comms_two_threads, 1, 6);
+    tcase_add_loop_test(tc, send_recv_two_threads, 2, 5);
     suite_add_tcase(s, tc);
     TCase *errors = tcase_create("errors");
     tcase_set_timeout(errors, 300);
