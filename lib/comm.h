@@ -105,7 +105,9 @@ struct rcc_comm {
     rcci_link_t send_link; /* to rank + 1 */
     rcci_link_t recv_link; /* from rank - 1 */
     rcci_p2p_links_t p2p;
-    int poll_ms;        /* set by an executor waiting on something epoll cannot see */
+    int poll_ms;    /* set by an executor waiting on something epoll cannot see */
+    int spin_score; /* progress.c: how often polling before sleeping was in vain */
+    unsigned spin_waits;
     char *slot_mem;     /* slots x chunk_bytes: receive slots for reductions */
     char *stage_mem;    /* slots x chunk_bytes: partial results waiting to be sent */
     char *fusion_cache; /* one spare fusion buffer (group.c), under `lock` */

@@ -110,6 +110,29 @@ static void progress_wake(struct rcc_comm *comm)
  * epoll_wait costs more than a small message's trip on these hosts. */
 static int64_t progress_spin_ns(void) { return rcci_param_int(RCCI_PARAM_SPIN_US) * 1000; }
 
+/* Whether polling pays: a score of how often recent polls ran out before
+ * the wait ended (then the rank slept anyway, having spent the CPU its
+ * peers needed). Past half, waits sleep at once, except every 8th, which
+ * polls to see whether things changed. */
+#define SPIN_SCORE_MAX 1024
+
+static int64_t spin_budget(struct rcc_comm *comm, int64_t spin_ns)
+{
+    if (comm->spin_score > SPIN_SCORE_MAX / 2 && comm->spin_waits++ % 8 != 0)
+        return 0;
+    return spin_ns;
+}
+
+static void spin_record(struct rcc_comm *comm, int polled, int hit)
+{
+    if (!polled)
+        return;
+    if (hit)
+        comm->spin_score -= comm->spin_score / 8;
+    else
+        comm->spin_score += (SPIN_SCORE_MAX - comm->spin_score) / 8;
+}
+
 /* Sleeps on the eventfd alone: while the progress thread has nothing to
  * run, traffic on the connections (a caller driving them inline) must not
  * wake it. Edges it misses are harmless: it advances everything it admits
@@ -362,7 +385,8 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
     rcci_exec_t *exec = NULL;
     rcc_result_t res = exec_start_unless_broken(comm, op, &exec);
     const int64_t spin_ns = progress_spin_ns();
-    int64_t idle_since = rcci_now_ns();
+    int64_t idle_since = rcci_now_ns(), budget = -1;
+    int slept = 0;
     while (res == RCC_SUCCESS) {
         if (atomic_load(&comm->aborted)) {
             res = rcci_error(RCC_ERR_ABORTED, "the communicator was aborted");
@@ -371,6 +395,10 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
         int progressed, done;
         comm->poll_ms = 0;
         res = exec_advance(comm, op, exec, &progressed, &done);
+        if ((progressed || done) && budget >= 0) { /* a wait ended */
+            spin_record(comm, budget > 0, !slept);
+            budget = -1, slept = 0;
+        }
         if (res != RCC_SUCCESS || done)
             break;
         if (inline_hand_off(comm, op, exec))
@@ -380,7 +408,9 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
             idle_since = now;
             continue;
         }
-        if (now - idle_since < spin_ns) {
+        if (budget < 0)
+            budget = spin_budget(comm, spin_ns);
+        if (now - idle_since < budget) {
             /* Polling ranks may outnumber the cores: let the one whose
              * message we wait for run. */
             sched_yield();
@@ -390,6 +420,7 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
         struct epoll_event ev[16];
         epoll_wait(comm->epoll_fd, ev, 16, comm->poll_ms > 0 ? comm->poll_ms : IDLE_WAIT_MS);
         idle_since = rcci_now_ns();
+        slept = 1;
     }
     exec_finish(comm, op, exec);
     if (res != RCC_SUCCESS)
