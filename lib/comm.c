@@ -123,8 +123,8 @@ static rcc_result_t comm_read_config(struct rcc_comm *comm, const rcc_config_t *
     comm->chunk_bytes = (size_t)rcci_param_int(RCCI_PARAM_CHUNK_BYTES);
     comm->slots = (int)rcci_param_int(RCCI_PARAM_SLOTS);
     const char *algo = rcci_param_str(RCCI_PARAM_ALGO);
-    if (strcmp(algo, "auto") && strcmp(algo, "ring") && strcmp(algo, "rabenseifner") &&
-        strcmp(algo, "rd") && strcmp(algo, "direct"))
+    comm->algo_forced = rcci_allreduce_algo_named(algo, &comm->algo);
+    if (comm->algo_forced < 0)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT,
                           "RCC_ALGO='%s' is not an algorithm: use auto, ring, rabenseifner, rd or "
                           "direct",

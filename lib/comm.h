@@ -20,6 +20,14 @@
  * allreduce), so that the two never meet in one ordered stream. */
 enum { RCCI_LANE_USER = 0, RCCI_LANE_COLL = 1, RCCI_P2P_LANES = 2 };
 
+/* Allreduce algorithms (see rcci_allreduce_algo below). */
+typedef enum {
+    RCCI_ALLREDUCE_RING,
+    RCCI_ALLREDUCE_RABENSEIFNER,
+    RCCI_ALLREDUCE_RD,
+    RCCI_ALLREDUCE_DIRECT
+} rcci_allreduce_algo_t;
+
 /* One message of a point-to-point operation (send, recv, alltoall). */
 typedef struct {
     int peer;
@@ -43,7 +51,7 @@ typedef struct rcci_op {
     rcc_datatype_t dtype;
     rcc_redop_t redop;
     int root;
-    int small;           /* an allreduce run by a small-message algorithm (coll/p2p.c) */
+    int rounds;          /* an allreduce run as rounds of exchanges (coll/allreduce_rounds.c) */
     atomic_int launched; /* enqueued (inside a group: only at rcc_group_end) */
     /* A fused operation (group.c): one allreduce over `fusion_buf` standing
      * for its members, which complete when it does. */
@@ -98,6 +106,8 @@ struct rcc_comm {
     int64_t timeout_ns;
     size_t chunk_bytes;
     int slots;
+    int algo_forced;            /* RCC_ALGO named an algorithm (else auto) ... */
+    rcci_allreduce_algo_t algo; /* ... this one */
     rcci_bootstrap_t *bootstrap;
 
     /* Transports in use: one context per transport of rcci_transports[]. */
@@ -216,12 +226,9 @@ rcc_result_t rcci_p2p_rounds_start(struct rcc_comm *comm, rcci_op_t *op, const c
  * the ring's bytes in 2 log2(n) rounds), recursive doubling (log2(n)
  * rounds, the whole buffer each) and the direct exchange (every rank sends
  * its input to every other: one round, n(n-1) messages). */
-typedef enum {
-    RCCI_ALLREDUCE_RING,
-    RCCI_ALLREDUCE_RABENSEIFNER,
-    RCCI_ALLREDUCE_RD,
-    RCCI_ALLREDUCE_DIRECT
-} rcci_allreduce_algo_t;
+/* RCC_ALGO's value: 1 with *algo set for a forced algorithm, 0 for
+ * "auto", -1 for anything else. */
+int rcci_allreduce_algo_named(const char *name, rcci_allreduce_algo_t *algo);
 /* The algorithm for an allreduce of `bytes` per rank on `comm` (RCC_ALGO,
  * RCC_SMALL_MAX_BYTES, RCC_MID_MAX_BYTES): the same answer on every rank. */
 rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t bytes);

@@ -148,7 +148,7 @@ static void progress_idle_sleep(struct rcc_comm *comm, int ms)
 }
 
 /* Point-to-point operations have their own executor; the rest are schedules. */
-static int exec_is_p2p(const rcci_op_t *op) { return op->coll == RCCI_COLL_P2P || op->small; }
+static int exec_is_p2p(const rcci_op_t *op) { return op->coll == RCCI_COLL_P2P || op->rounds; }
 
 static rcc_result_t exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec)
 {
@@ -158,7 +158,7 @@ static rcc_result_t exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t
         rcci_allreduce_algo_t algo =
             rcci_allreduce_algo(comm, op->count * rcc_datatype_size(op->dtype));
         if (algo != RCCI_ALLREDUCE_RING) {
-            op->small = 1;
+            op->rounds = 1;
             return rcci_rounds_allreduce_start(comm, op, algo, exec);
         }
     }
@@ -347,6 +347,15 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
+/* Numbers an operation as launched, in call order; under comm->lock.
+ * Collectives are numbered per communicator (all ranks call the same
+ * ones); point-to-point messages are numbered per peer (p2p.c). */
+static void progress_launch(struct rcc_comm *comm, rcci_op_t *op)
+{
+    op->seq = op->coll == RCCI_COLL_P2P ? 0 : comm->next_seq++;
+    op->launched = 1;
+}
+
 /* Work queued behind an inline operation (another thread's call) must not
  * wait for it: point-to-point operations run beside it, and its completion
  * may depend on them. So the running operation moves to the progress
@@ -378,8 +387,7 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
         return 0;
     }
     comm->engine = RCCI_ENGINE_CALLER;
-    op->seq = op->coll == RCCI_COLL_P2P ? 0 : comm->next_seq++;
-    op->launched = 1;
+    progress_launch(comm, op);
     pthread_mutex_unlock(&comm->lock);
 
     rcci_exec_t *exec = NULL;
@@ -487,10 +495,7 @@ rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op)
         pthread_mutex_unlock(&comm->lock);
         return rcci_error(RCC_ERR_INVALID_USAGE, "the communicator is being destroyed or aborted");
     }
-    /* Collectives are numbered per communicator (all ranks call the same
-     * ones); point-to-point messages are numbered per peer (p2p.c). */
-    op->seq = op->coll == RCCI_COLL_P2P ? 0 : comm->next_seq++;
-    op->launched = 1;
+    progress_launch(comm, op);
     atomic_fetch_add(&op->refs, 1); /* the progress thread's */
     op->next = NULL;
     if (comm->queue_tail)

@@ -27,17 +27,32 @@
 #include "params.h"
 #include "reduce.h"
 
+int rcci_allreduce_algo_named(const char *name, rcci_allreduce_algo_t *algo)
+{
+    static const struct {
+        const char *name;
+        rcci_allreduce_algo_t algo;
+    } forced[] = {{"ring", RCCI_ALLREDUCE_RING},
+                  {"rabenseifner", RCCI_ALLREDUCE_RABENSEIFNER},
+                  {"rd", RCCI_ALLREDUCE_RD},
+                  {"direct", RCCI_ALLREDUCE_DIRECT}};
+    if (!strcmp(name, "auto"))
+        return 0;
+    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
+        if (!strcmp(name, forced[i].name)) {
+            *algo = forced[i].algo;
+            return 1;
+        }
+    }
+    return -1;
+}
+
 rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t bytes)
 {
-    const char *algo = rcci_param_str(RCCI_PARAM_ALGO);
-    if (comm->nranks < 2 || !strcmp(algo, "ring"))
+    if (comm->nranks < 2)
         return RCCI_ALLREDUCE_RING;
-    if (!strcmp(algo, "direct"))
-        return RCCI_ALLREDUCE_DIRECT;
-    if (!strcmp(algo, "rd"))
-        return RCCI_ALLREDUCE_RD;
-    if (!strcmp(algo, "rabenseifner"))
-        return RCCI_ALLREDUCE_RABENSEIFNER;
+    if (comm->algo_forced)
+        return comm->algo;
     if (bytes <= (size_t)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES))
         return RCCI_ALLREDUCE_RD;
     /* Folding extra ranks in moves the whole buffer twice more over their
@@ -130,23 +145,21 @@ static void rounds_reduce(const struct rcc_comm *comm, rounds_t *a)
             memcpy(acc, op->sendbuf, op->count * a->esize);
         return;
     }
-    if (v < 0)
-        return;
-    if (!a->rabenseifner && j <= L) { /* recursive doubling: the whole buffer */
+    if (v < 0 || j > L)
+        return; /* allgather rounds receive in place; the unfold is a copy */
+    int divisor = j == L && op->redop == RCC_AVG ? comm->nranks : 1; /* the sum is complete */
+    if (!a->rabenseifner) { /* recursive doubling: the whole buffer */
         int mine_first = v < (v ^ (1 << (j - 1)));
-        int divisor = j == L && op->redop == RCC_AVG ? comm->nranks : 1;
         rcci_reduce(acc, mine_first ? acc : a->tmp, mine_first ? a->tmp : acc, op->count, op->dtype,
                     op->redop, divisor);
-    } else if (a->rabenseifner && j <= L) { /* halving: the half kept */
+    } else { /* halving: the half kept */
         size_t lo, hi;
         halving_segment(a, v, j, &lo, &hi);
         char *kept = acc + lo * a->esize;
         int mine_first = !(v & (a->pof2 >> j));
-        int divisor = j == L && op->redop == RCC_AVG ? comm->nranks : 1;
         rcci_reduce(kept, mine_first ? kept : a->tmp, mine_first ? a->tmp : kept, hi - lo,
                     op->dtype, op->redop, divisor);
     }
-    /* allgather rounds receive in place; the unfold is a copy */
 }
 
 /* Writes round a->round's messages. */
