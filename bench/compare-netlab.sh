@@ -111,7 +111,7 @@ iperf_flows() { # FLOWS... as "from:to" -> mean goodput per flow, GB/s
     local pids=() files=() f base=$((5201 + RANDOM % 1000)) k=0
     for flow in "$@"; do
         local to=${flow#*:}
-        "$netlab" exec "$lab" "$to" iperf3 -s -1 -p $((base + k)) >/dev/null 2>&1 &
+        "$netlab" exec "$lab" "$to" timeout 60 iperf3 -s -1 -p $((base + k)) >/dev/null 2>&1 &
         pids+=($!)
         k=$((k + 1))
     done
@@ -121,7 +121,7 @@ iperf_flows() { # FLOWS... as "from:to" -> mean goodput per flow, GB/s
         local from=${flow%:*} to=${flow#*:}
         f=$work/iperf$k.json
         files+=("$f")
-        "$netlab" exec "$lab" "$from" iperf3 -c "$("$netlab" addr "$lab" "$to")" -p $((base + k)) \
+        "$netlab" exec "$lab" "$from" timeout 60 iperf3 -c "$("$netlab" addr "$lab" "$to")" -p $((base + k)) \
             -t 5 -J >"$f" &
         k=$((k + 1))
     done

@@ -23,7 +23,7 @@ ring_busbw() { # GB/s, from the single-size table row
 iperf_flow() { # GB/s per flow: the mean of the 4 simultaneous flows
     local pids=() files=()
     for i in $(seq 0 $((nranks - 1))); do
-        iperf3 -s -1 -p $((base + i)) >/dev/null 2>&1 &
+        timeout 60 iperf3 -s -1 -p $((base + i)) >/dev/null 2>&1 &
         pids+=($!)
     done
     sleep 0.3
@@ -31,7 +31,7 @@ iperf_flow() { # GB/s per flow: the mean of the 4 simultaneous flows
         f=$(mktemp)
         files+=("$f")
         # flow i: "rank i" sends to "rank i+1"'s server
-        iperf3 -c 127.0.0.1 -p $((base + (i + 1) % nranks)) -t 4 -J >"$f" &
+        timeout 60 iperf3 -c 127.0.0.1 -p $((base + (i + 1) % nranks)) -t 4 -J >"$f" &
     done
     wait
     for f in "${files[@]}"; do

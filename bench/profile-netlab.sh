@@ -63,11 +63,11 @@ echo
 for streams in 1 4; do
     pids=()
     for ((i = 0; i < n; i++)); do
-        "$netlab" exec "$lab" $(((i + 1) % n)) iperf3 -s -1 -p $((5400 + i)) >/dev/null 2>&1 &
+        "$netlab" exec "$lab" $(((i + 1) % n)) timeout 60 iperf3 -s -1 -p $((5400 + i)) >/dev/null 2>&1 &
     done
     sleep 0.5
     for ((i = 0; i < n; i++)); do
-        "$netlab" exec "$lab" "$i" iperf3 -c "$("$netlab" addr "$lab" $(((i + 1) % n)))" \
+        "$netlab" exec "$lab" "$i" timeout 60 iperf3 -c "$("$netlab" addr "$lab" $(((i + 1) % n)))" \
             -p $((5400 + i)) -P "$streams" -t 5 -J >"$work/ip$i.json" &
         pids+=($!)
     done

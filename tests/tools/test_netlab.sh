@@ -93,9 +93,9 @@ check "rank 1's address is in its namespace" \
 check "rsh runs the command line in the namespace that owns the host" \
     sh -c "'$NETLAB' rsh -x '$a1' 'ip -o -4 addr show lab0' | grep -q ' $a1/'"
 if command -v iperf3 >/dev/null; then
-    "$NETLAB" exec "$LAB" 1 iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
+    "$NETLAB" exec "$LAB" 1 timeout 30 iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
     sleep 0.5
-    mbit=$("$NETLAB" exec "$LAB" 0 iperf3 -c "$a1" -p 5299 -t 2 -J 2>/dev/null |
+    mbit=$("$NETLAB" exec "$LAB" 0 timeout 30 iperf3 -c "$a1" -p 5299 -t 2 -J 2>/dev/null |
         python3 -c 'import json,sys; print(int(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e6))' 2>/dev/null || echo 0)
     wait
     # Wide bounds: this checks that tbf is in place, not how well it shapes.
