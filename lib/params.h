@@ -24,6 +24,8 @@
       "network interface to use (prefix match); default: the one that routes to the root")         \
     X(SOCKET_BUF_BYTES, INT, "4M", 0, 1073741824,                                                  \
       "SO_SNDBUF/SO_RCVBUF for data sockets; 0 leaves the kernel's autotuning")                    \
+    X(SOCKET_CONGESTION, STR, "cubic", 0, 0,                                                       \
+      "TCP congestion control of data sockets (TCP_CONGESTION); empty: the system's default")      \
     X(TRANSPORT, STR, "", 0, 0, "force a transport by name (tcp); default: best per peer")         \
     X(ALGO, STR, "auto", 0, 0,                                                                     \
       "allreduce algorithm: auto (rd up to RCC_SMALL_MAX_BYTES, rabenseifner up to "               \

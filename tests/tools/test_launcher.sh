@@ -299,6 +299,22 @@ else
 fi
 
 # ------------------------------------------------------------------------------------------
+echo "== (e) RCC_SOCKET_CONGESTION"
+
+if [[ -x $PERF ]]; then
+    run 60 env RCC_DEBUG=INFO RCC_SOCKET_CONGESTION=reno "$RUN" -n 2 "$PERF" -b 1M -e 1M -n 2 -w 1
+    if expect_rc 0 "(e) reno" && perf_rows 1 "(e) reno" &&
+        expect_in err "data sockets use congestion control reno" "(e) reno"; then
+        pass "(e) RCC_SOCKET_CONGESTION=reno: the data sockets use reno"
+    fi
+    run 60 env RCC_SOCKET_CONGESTION=no-such-cc "$RUN" -n 2 "$PERF" -b 1M -e 1M -n 2 -w 1
+    if expect_rc 0 "(e) refused" && perf_rows 1 "(e) refused" &&
+        expect_in err "RCC_SOCKET_CONGESTION=no-such-cc refused by the kernel" "(e) refused"; then
+        pass "(e) an algorithm the kernel refuses: a warning, the default, correct results"
+    fi
+fi
+
+# ------------------------------------------------------------------------------------------
 if [[ ${#failed[@]} -ne 0 ]]; then
     echo "${#failed[@]} check(s) failed:" >&2
     printf '  %s\n' "${failed[@]}" >&2

@@ -129,6 +129,32 @@ static void tcp_close_listener(rcci_listener_t *l)
     free(l);
 }
 
+/* RCC_SOCKET_CONGESTION. Why not the system's default: BBR (the default on
+ * some hosts) measured 15% below the link on a 1 Gbit ring, because each
+ * link carries one flow's data and the opposite flow's ACKs, which queue
+ * behind that data and arrive in bursts that inflate BBR's bandwidth
+ * estimate; cubic held the link rate (bench/results/README.md). An algorithm
+ * the kernel refuses leaves the default, with one warning per process. */
+static void tcp_set_congestion(int fd)
+{
+    static int warned, told;
+    const char *name = rcci_param_str(RCCI_PARAM_SOCKET_CONGESTION);
+    if (name[0] && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name))) {
+        int err = errno;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            RCC_WARN("RCC_SOCKET_CONGESTION=%s refused by the kernel (%s; see "
+                     "net.ipv4.tcp_allowed_congestion_control): using the system's default",
+                     name, strerror(err));
+    }
+    if (rcci_log_level() >= RCCI_LOG_INFO && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED)) {
+        char used[32] = "?";
+        socklen_t len = sizeof used - 1;
+        getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, used, &len);
+        used[sizeof used - 1] = '\0';
+        RCC_INFO("tcp: data sockets use congestion control %s", used);
+    }
+}
+
 /* Socket options for bulk data; the connection then runs nonblocking. */
 static rcc_result_t tcp_conn_new(tcp_ctx_t *ctx, int fd, const char *peer, rcci_conn_t **out)
 {
@@ -138,6 +164,7 @@ static rcc_result_t tcp_conn_new(tcp_ctx_t *ctx, int fd, const char *peer, rcci_
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
     }
+    tcp_set_congestion(fd);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     rcc_result_t res = rcci_sock_set_nonblocking(fd, 1);
