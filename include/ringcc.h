@@ -182,6 +182,17 @@ RCC_API rcc_result_t rcc_comm_destroy(rcc_comm_t comm);
  * memory is freed. */
 RCC_API rcc_result_t rcc_comm_abort(rcc_comm_t comm);
 
+/* The communicator's error state (ncclCommGetAsyncError): *async_error is
+ * RCC_SUCCESS while it is healthy, else the failure that broke it — an
+ * operation's failure (RCC_ERR_PEER_LOST, RCC_ERR_MISMATCH, RCC_ERR_TIMEOUT,
+ * RCC_ERR_REMOTE, ...), or one seen now: on an idle communicator this call
+ * probes the connections without blocking, so a peer that died or failed
+ * since the last operation is reported (and its peers told). Once broken,
+ * every later operation fails at once with the same story; the text is in
+ * rcc_last_error(comm). Never blocks; thread-safe, also while another thread
+ * is inside an operation on `comm`. Errors: RCC_ERR_INVALID_ARGUMENT (NULL). */
+RCC_API rcc_result_t rcc_comm_get_async_error(rcc_comm_t comm, rcc_result_t *async_error);
+
 /* Splits `comm` into sub-communicators (MPI_Comm_split, ncclCommSplit):
  * ranks passing the same color form one, ranked by (key, rank in comm).
  * color RCC_SPLIT_NOCOLOR takes part but joins none (*newcomm = NULL).
@@ -235,8 +246,11 @@ typedef struct rcc_request *rcc_request_t;
  * on every rank. sendbuf == recvbuf is in-place; other overlap is invalid.
  * count 0 is a no-op. Errors: RCC_ERR_INVALID_ARGUMENT (NULL buffer with
  * count > 0, bad dtype/op, partial overlap), RCC_ERR_TIMEOUT,
- * RCC_ERR_PEER_LOST, RCC_ERR_REMOTE, RCC_ERR_ABORTED. On error recvbuf holds
- * unspecified values; sendbuf is never written (unless in-place). */
+ * RCC_ERR_PEER_LOST, RCC_ERR_MISMATCH (ranks called different collectives,
+ * or this one with other counts, types, ops or roots: the message names both
+ * calls and the ranks), RCC_ERR_REMOTE, RCC_ERR_ABORTED. On error recvbuf
+ * holds unspecified values; sendbuf is never written (unless in-place).
+ * Every collective below fails the same ways. */
 RCC_API rcc_result_t rcc_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                                    rcc_datatype_t dtype, rcc_redop_t op, rcc_comm_t comm);
 
@@ -273,12 +287,11 @@ RCC_API rcc_result_t rcc_barrier(rcc_comm_t comm);
 
 /* Point to point (NCCL's ncclSend/ncclRecv): `count` elements to/from rank
  * `peer`. Messages between two ranks are matched in call order, per
- * direction; the receive must name the same count and dtype as the send
- * (else RCC_ERR_REMOTE). A blocking send may return before the peer has
- * received (the data is then in the transport's buffers). Issue sends and
- * receives that depend on each other inside one group: a group's
- * point-to-point calls progress together, so no order of them deadlocks,
- * and a group may send to this rank itself. Errors: as rcc_broadcast, with
+ * direction; the receive must name the same size in bytes as the send
+ * (else RCC_ERR_MISMATCH on the receiver, naming both sizes). A blocking send may return before the
+ * peer has received (the data is then in the transport's buffers). Issue sends and receives that
+ * depend on each other inside one group: a group's point-to-point calls progress together, so no
+ * order of them deadlocks, and a group may send to this rank itself. Errors: as rcc_broadcast, with
  * `peer` for root; RCC_ERR_INVALID_USAGE for a message to oneself outside a
  * group. */
 RCC_API rcc_result_t rcc_send(const void *sendbuf, size_t count, rcc_datatype_t dtype, int peer,

@@ -90,6 +90,7 @@ static rcc_result_t coll_submit(struct rcc_comm *comm, const rcci_op_t *tmpl, si
     op->dtype = tmpl->dtype;
     op->redop = tmpl->redop;
     op->root = tmpl->root;
+    op->alltoalls = tmpl->alltoalls;
     if (tmpl->nmsgs) {
         op->msgs = (rcci_p2p_msg_t *)op->inline_data;
         op->nmsgs = tmpl->nmsgs;
@@ -435,16 +436,17 @@ static rcc_result_t coll_alltoall(const char *name, const void *sendbuf, void *r
         /* Start with the next rank so that rank p's first sends spread out. */
         int q = (comm->rank + p) % n;
         msgs[2 * p] =
-            (rcci_p2p_msg_t){q, 1, (char *)sendbuf + (size_t)q * block, block, RCCI_LANE_USER};
+            (rcci_p2p_msg_t){q, 1, (char *)sendbuf + (size_t)q * block, block, RCCI_LANE_USER, 1};
         msgs[2 * p + 1] =
-            (rcci_p2p_msg_t){q, 0, (char *)recvbuf + (size_t)q * block, block, RCCI_LANE_USER};
+            (rcci_p2p_msg_t){q, 0, (char *)recvbuf + (size_t)q * block, block, RCCI_LANE_USER, 1};
     }
     rcci_op_t tmpl = {.coll = RCCI_COLL_P2P,
                       .count = count,
                       .dtype = dtype,
                       .redop = RCC_SUM,
                       .msgs = msgs,
-                      .nmsgs = 2 * n};
+                      .nmsgs = 2 * n,
+                      .alltoalls = 1};
     res = coll_call(comm, res, &tmpl, req);
     free(msgs);
     return res;

@@ -197,6 +197,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     const rcci_addr_t *local = rcci_bootstrap_local_addr(comm->bootstrap);
     memcpy(&env.local_addr, &local->u, local->len);
     env.local_addr_len = local->len;
+    env.describe_sig = rcci_sig_describe;
 
     peers = calloc((size_t)comm->nranks, sizeof *peers);
     handles = calloc((size_t)comm->nranks, RCCI_HANDLE_BYTES);
@@ -304,6 +305,8 @@ static void comm_free(struct rcc_comm *comm)
     free(comm->slot_mem);
     free(comm->stage_mem);
     free(comm->scratch);
+    free(comm->heard);
+    free(comm->heard_valid);
     free(comm->fusion_cache);
     pthread_mutex_destroy(&comm->lock);
     pthread_cond_destroy(&comm->cond);
@@ -642,6 +645,20 @@ rcc_result_t rcc_comm_size(const rcc_comm_t comm, int *size)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_size: NULL %s",
                           comm ? "size" : "comm");
     *size = comm->nranks;
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcc_comm_get_async_error(rcc_comm_t comm, rcc_result_t *async_error)
+{
+    if (!comm || !async_error)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_get_async_error: NULL %s",
+                          comm ? "async_error" : "comm");
+    *async_error = rcci_progress_health(comm);
+    if (*async_error != RCC_SUCCESS) {
+        pthread_mutex_lock(&comm->lock);
+        snprintf(comm->last_error, sizeof comm->last_error, "%s", comm->broken_text);
+        pthread_mutex_unlock(&comm->lock);
+    }
     return RCC_SUCCESS;
 }
 

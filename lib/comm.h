@@ -17,8 +17,10 @@
 
 /* Point-to-point connections come in lanes: the user's sends and receives,
  * and collectives that exchange directly with every peer (small-message
- * allreduce), so that the two never meet in one ordered stream. */
-enum { RCCI_LANE_USER = 0, RCCI_LANE_COLL = 1, RCCI_P2P_LANES = 2 };
+ * allreduce), so that the two never meet in one ordered stream; and a
+ * control lane that carries no data, only announcements of the operation a
+ * stalled rank waits in and failure notices (watch.c). */
+enum { RCCI_LANE_USER = 0, RCCI_LANE_COLL = 1, RCCI_LANE_CTRL = 2, RCCI_P2P_LANES = 3 };
 
 /* Allreduce algorithms (see rcci_allreduce_algo below). */
 typedef enum {
@@ -35,6 +37,7 @@ typedef struct {
     char *buf;
     size_t bytes;
     int lane;
+    int alltoall; /* 0, or k: part of the operation's k-th alltoall (its number: op seq + k - 1) */
 } rcci_p2p_msg_t;
 
 /* One collective call, from the caller's thread to the progress thread and
@@ -52,6 +55,8 @@ typedef struct rcci_op {
     rcc_redop_t redop;
     int root;
     int rounds;          /* an allreduce run as rounds of exchanges (coll/allreduce_rounds.c) */
+    int algo;            /* an allreduce's rcci_allreduce_algo_t */
+    int alltoalls;       /* point-to-point: alltoall calls in it, numbered like collectives */
     atomic_int launched; /* enqueued (inside a group: only at rcc_group_end) */
     /* A fused operation (group.c): one allreduce over `fusion_buf` standing
      * for its members, which complete when it does. */
@@ -63,7 +68,9 @@ typedef struct rcci_op {
     /* Point-to-point messages (RCCI_COLL_P2P), in call order. */
     rcci_p2p_msg_t *msgs;
     int nmsgs;
-    uint32_t seq; /* per-communicator operation number, carried on the wire */
+    uint32_t seq;                      /* per-communicator operation number, carried on the wire */
+    int64_t started_ns, stall_next_ns; /* for stall reports (watch.c) */
+    int announced;                     /* watch.c told the ring neighbours what it waits in */
     /* Completion, under `lock`. */
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -115,8 +122,11 @@ struct rcc_comm {
     rcci_link_t send_link; /* to rank + 1 */
     rcci_link_t recv_link; /* from rank - 1 */
     rcci_p2p_links_t p2p;
-    int poll_ms;    /* set by an executor waiting on something epoll cannot see */
-    int spin_score; /* progress.c: how often polling before sleeping was in vain */
+    int poll_ms;           /* set by an executor waiting on something epoll cannot see */
+    int spin_score;        /* progress.c: how often polling before sleeping was in vain */
+    int64_t watch_next_ns; /* watch.c: when to look for stray messages next */
+    uint8_t (*heard)[RCCI_SIG_BYTES]; /* watch.c: per peer, the last operation it announced */
+    uint8_t *heard_valid;
     unsigned spin_waits;
     char *slot_mem;     /* slots x chunk_bytes: receive slots for reductions */
     char *stage_mem;    /* slots x chunk_bytes: partial results waiting to be sent */
@@ -171,6 +181,11 @@ void rcci_progress_stop(struct rcc_comm *comm);
 /* Makes the progress thread fail every pending operation with
  * RCC_ERR_ABORTED and close the links. Safe from any thread. */
 void rcci_progress_abort(struct rcc_comm *comm);
+/* The communicator's failure, RCC_SUCCESS while healthy. An idle
+ * communicator's connections are probed first (nonblocking), so a peer
+ * that died or failed since is noticed; the failure then breaks it as an
+ * operation's would (peers notified, links closed). Any thread. */
+rcc_result_t rcci_progress_health(struct rcc_comm *comm);
 /* Queues an operation (takes a reference for the progress thread). */
 rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op);
 /* Runs a blocking call's operation to its end on the calling thread when
@@ -207,6 +222,19 @@ rcc_result_t rcci_p2p_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **
 rcc_result_t rcci_p2p_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed, int *done);
 void rcci_p2p_finish(struct rcc_comm *comm, rcci_exec_t *exec);
 void rcci_p2p_close(struct rcc_comm *comm);
+/* Accepts, without waiting, the point-to-point connections peers have
+ * made that this rank has not taken yet (so that what arrives on them can
+ * be looked at while an operation waits); failures are left for later. */
+void rcci_p2p_accept_waiting(struct rcc_comm *comm);
+/* This rank's connection to `peer` on the control lane, made now if need be
+ * (bounded by the timeout). */
+rcc_result_t rcci_p2p_ctrl_conn(struct rcc_comm *comm, int peer, rcci_conn_t **conn);
+/* Probes every point-to-point connection (transport probe): the first
+ * failure; find_notice: the first that is a peer's failure notice. */
+rcc_result_t rcci_p2p_probe(struct rcc_comm *comm);
+rcc_result_t rcci_p2p_find_notice(struct rcc_comm *comm);
+/* Sends a failure notice (transport notify) on every point-to-point connection. */
+void rcci_p2p_notify(struct rcc_comm *comm, rcc_result_t res, const char *text);
 /* Algorithms made of rounds of messages on the collectives' lane (one
  * two-way connection per pair of ranks), run by the point-to-point executor
  * (rcci_p2p_advance/finish). `next` is called once at the start and again
@@ -235,6 +263,41 @@ rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t by
 /* Starts one of the round-based ones (not the ring). */
 rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
                                          rcci_allreduce_algo_t algo, rcci_exec_t **exec);
+/* Operation signatures (opsig.c): what every rank must agree on about an
+ * operation, carried in the tag of each of its messages and compared by
+ * the receiver (transport.h). Kinds are rcci_coll_t values plus these. */
+enum { RCCI_SIG_SENDRECV = 0x40, RCCI_SIG_ALLTOALL = 0x41 };
+typedef struct {
+    uint32_t seq; /* operation number; 0 for point-to-point */
+    int kind;
+    rcc_datatype_t dtype;
+    rcc_redop_t redop;
+    int algo;
+    int root;
+    uint64_t count; /* elements; bytes for point-to-point messages */
+} rcci_sig_t;
+void rcci_sig_encode(const rcci_sig_t *sig, uint8_t out[RCCI_SIG_BYTES]);
+/* The tag of a message of collective `op` (seq: the message's number on its connection). */
+void rcci_op_tag(const rcci_op_t *op, uint32_t seq, rcci_tag_t *tag);
+/* "allgather(count=1024, float32) as op #17": the transports' describe_sig. */
+void rcci_sig_describe(const uint8_t sig[RCCI_SIG_BYTES], char *buf, size_t size);
+
+/* Watching a waiting operation (watch.c), called by whoever drives the
+ * engine when `op` made no progress for idle_ns. strays: data a peer sent
+ * on a connection nobody reads that belongs to this operation's number
+ * under another signature, or to an earlier operation, is
+ * RCC_ERR_MISMATCH naming both calls (rate-limited; `op` NULL or
+ * point-to-point: nothing to judge). stall: past RCC_STALL_WARN seconds,
+ * a warning naming the peers the operation waits for, once per period. */
+rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64_t idle_ns);
+void rcci_watch_stall(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec);
+/* Writes whom a running operation waits for ("rank 1 (receive), rank 3
+ * (send)"): coll/pipeline.c and coll/p2p.c, dispatched by progress.c. */
+void rcci_exec_waiting_for(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec, char *buf,
+                           size_t size);
+void rcci_coll_waiting_for(struct rcc_comm *comm, rcci_exec_t *exec, char *buf, size_t size);
+void rcci_p2p_waiting_for(struct rcc_comm *comm, rcci_exec_t *exec, char *buf, size_t size);
+
 /* Adds a connection's descriptor to the progress thread's epoll set. */
 rcc_result_t rcci_progress_watch(struct rcc_comm *comm, int fd);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 static _Thread_local char err_tls[RCCI_ERR_TEXT_BYTES];
+static _Thread_local char err_cause_tls[RCCI_ERR_TEXT_BYTES]; /* without prefixes */
 
 const char *rcc_strerror(rcc_result_t result)
 {
@@ -35,6 +36,7 @@ static void err_vset(const char *fmt, va_list ap, int err)
     if (err != 0 && n >= 0 && (size_t)n < sizeof buf)
         snprintf(buf + n, sizeof buf - (size_t)n, ": %s", strerror(err));
     memcpy(err_tls, buf, sizeof buf);
+    memcpy(err_cause_tls, buf, sizeof buf);
 }
 
 rcc_result_t rcci_error(rcc_result_t code, const char *fmt, ...)
@@ -73,6 +75,14 @@ void rcci_error_prefix(const char *fmt, ...)
 
 const char *rcci_tls_error(void) { return err_tls; }
 
+const char *rcci_tls_cause(void) { return err_cause_tls; }
+
 void rcci_tls_error_set(const char *text) { snprintf(err_tls, sizeof err_tls, "%s", text); }
 
-void rcci_tls_error_clear(void) { err_tls[0] = '\0'; }
+void rcci_tls_error_restore(const char *text, const char *cause)
+{
+    snprintf(err_tls, sizeof err_tls, "%s", text);
+    snprintf(err_cause_tls, sizeof err_cause_tls, "%s", cause);
+}
+
+void rcci_tls_error_clear(void) { err_tls[0] = err_cause_tls[0] = '\0'; }

@@ -24,7 +24,13 @@ void rcci_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 
 /* This thread's last error text ("" when none). */
 const char *rcci_tls_error(void);
+/* The same without the context prefixes added since: the cause alone, as
+ * first recorded (what a failure notice tells the other ranks). */
+const char *rcci_tls_cause(void);
 void rcci_tls_error_set(const char *text);
+/* Puts back a text and cause saved from rcci_tls_error/rcci_tls_cause
+ * (around work whose own failures do not matter). */
+void rcci_tls_error_restore(const char *text, const char *cause);
 void rcci_tls_error_clear(void);
 
 /* Propagation with one cleanup label per function:

@@ -201,6 +201,10 @@ static int group_merge_p2p(rcci_op_t **ops, int n, rcc_result_t *res)
             continue;
         }
         memcpy(msgs + m, ops[i]->msgs, sizeof *msgs * (size_t)ops[i]->nmsgs);
+        for (int j = 0; j < ops[i]->nmsgs; j++) /* alltoalls keep their call order */
+            if (msgs[m + j].alltoall)
+                msgs[m + j].alltoall += merged->alltoalls;
+        merged->alltoalls += ops[i]->alltoalls;
         m += ops[i]->nmsgs;
         members[k] = ops[i];
         atomic_fetch_add(&ops[i]->refs, 1); /* the merged operation's */

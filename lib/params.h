@@ -17,6 +17,9 @@
     X(DEBUG_FILE, STR, "", 0, 0, "log to this file instead of stderr; %h = host, %p = pid")        \
     X(TIMEOUT, INT, "300", 1, 86400,                                                               \
       "seconds any wait may go without progress before it fails with RCC_ERR_TIMEOUT")             \
+    X(STALL_WARN, INT, "60", 0, 86400,                                                             \
+      "seconds an operation may wait before a warning names the peers it waits for (repeated "     \
+      "at that interval); 0: never")                                                               \
     X(CHUNK_BYTES, INT, "256K", 4096, 1073741824,                                                  \
       "pipeline chunk size: the unit that flows around the ring")                                  \
     X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \

@@ -20,7 +20,8 @@
 #include "log.h"
 #include "params.h"
 
-#define IDLE_WAIT_MS 1000 /* upper bound on one sleep; deadlines are re-checked */
+#define IDLE_WAIT_MS 1000  /* upper bound on one sleep; deadlines are re-checked */
+#define ACTIVE_WAIT_MS 100 /* the same while an operation waits: it watches for strays */
 
 rcci_op_t *rcci_op_new(size_t extra)
 {
@@ -62,10 +63,62 @@ static void progress_complete(rcci_op_t *op, rcc_result_t res)
     rcci_op_release(op);
 }
 
+/* What a failing rank tells its peers before it closes the connections,
+ * so that every rank fails with the cause (a mismatch naming both calls,
+ * the rank that was lost) rather than with "rank 3 closed the connection".
+ * A cause that came from a peer already names its rank and goes on as is;
+ * a cause seen here goes with the context that names the peer involved. */
+static void progress_notify_peers(struct rcc_comm *comm, rcc_result_t res, const char *cause,
+                                  const char *full)
+{
+    char text[RCCI_ERR_TEXT_BYTES + 32];
+    if (res == RCC_ERR_ABORTED) {
+        res = RCC_ERR_PEER_LOST;
+        snprintf(text, sizeof text, "rank %d aborted its communicator", comm->rank);
+    } else if (!strncmp(cause, "rank ", 5)) {
+        snprintf(text, sizeof text, "%s", cause);
+    } else {
+        snprintf(text, sizeof text, "rank %d: %s", comm->rank, full);
+    }
+    rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
+    for (int i = 0; i < 2; i++)
+        if (links[i]->conn)
+            links[i]->tr->notify(links[i]->conn, res, text);
+    /* Connections peers made that nobody took yet would be reset unread
+     * when the listener closes: take them, so they carry the notice too. */
+    rcci_p2p_accept_waiting(comm);
+    rcci_p2p_notify(comm, res, text);
+}
+
+/* A lost peer is often the echo of a failure that a notice on another
+ * connection explains (the peer failed, told everyone and left before this
+ * rank reached it): that cause, when there is one, is the better answer. */
+static rcc_result_t progress_root_cause(struct rcc_comm *comm, rcc_result_t res)
+{
+    if (res != RCC_ERR_PEER_LOST)
+        return res;
+    char text[RCCI_ERR_TEXT_BYTES], cause[RCCI_ERR_TEXT_BYTES];
+    snprintf(text, sizeof text, "%s", rcci_tls_error());
+    snprintf(cause, sizeof cause, "%s", rcci_tls_cause());
+    rcci_link_t *links[2] = {&comm->recv_link, &comm->send_link};
+    for (int i = 0; i < 2; i++) {
+        rcc_result_t found = links[i]->conn ? links[i]->tr->probe(links[i]->conn) : RCC_SUCCESS;
+        if (found != RCC_SUCCESS && found != RCC_ERR_PEER_LOST)
+            return found;
+    }
+    rcc_result_t found = rcci_p2p_find_notice(comm);
+    if (found != RCC_SUCCESS)
+        return found;
+    rcci_tls_error_restore(text, cause);
+    return res;
+}
+
 /* After a failure the byte streams are out of step: close the links so no
  * request keeps pointing into a caller's buffer, and fail all later work. */
 static void progress_break(struct rcc_comm *comm, rcc_result_t res)
 {
+    char cause[RCCI_ERR_TEXT_BYTES];
+    snprintf(cause, sizeof cause, "%s", rcci_tls_cause()[0] ? rcci_tls_cause() : rcci_tls_error());
     pthread_mutex_lock(&comm->lock);
     if (comm->broken == RCC_SUCCESS) {
         comm->broken = res;
@@ -76,6 +129,7 @@ static void progress_break(struct rcc_comm *comm, rcc_result_t res)
         RCC_INFO("communicator aborted by the application");
     else
         RCC_WARN("communicator failed: %s", rcci_tls_error());
+    progress_notify_peers(comm, res, cause, comm->broken_text);
     rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
     for (int i = 0; i < 2; i++) {
         if (links[i]->conn) {
@@ -150,13 +204,24 @@ static void progress_idle_sleep(struct rcc_comm *comm, int ms)
 /* Point-to-point operations have their own executor; the rest are schedules. */
 static int exec_is_p2p(const rcci_op_t *op) { return op->coll == RCCI_COLL_P2P || op->rounds; }
 
+void rcci_exec_waiting_for(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec, char *buf,
+                           size_t size)
+{
+    if (exec_is_p2p(op))
+        rcci_p2p_waiting_for(comm, exec, buf, size);
+    else
+        rcci_coll_waiting_for(comm, exec, buf, size);
+}
+
 static rcc_result_t exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec)
 {
+    op->started_ns = rcci_now_ns();
     if (op->coll == RCCI_COLL_P2P)
         return rcci_p2p_start(comm, op, exec);
     if (op->coll == RCCI_COLL_ALLREDUCE) {
         rcci_allreduce_algo_t algo =
             rcci_allreduce_algo(comm, op->count * rcc_datatype_size(op->dtype));
+        op->algo = (int)algo;
         if (algo != RCCI_ALLREDUCE_RING) {
             op->rounds = 1;
             return rcci_rounds_allreduce_start(comm, op, algo, exec);
@@ -250,6 +315,7 @@ static int progress_caller_drives(struct rcc_comm *comm)
  * error text), then breaks the communicator. */
 static void progress_fail_all(struct rcc_comm *comm, active_t *act, int *nact, rcc_result_t res)
 {
+    res = progress_root_cause(comm, res);
     char error[RCCI_ERR_TEXT_BYTES];
     snprintf(error, sizeof error, "%s", rcci_tls_error());
     for (int i = 0; i < *nact; i++) {
@@ -268,7 +334,7 @@ static void *progress_main(void *arg)
     active_t *act = NULL;
     int nact = 0, cap = 0, abort_seen = 0, stop = 0;
     const int64_t spin_ns = progress_spin_ns();
-    int64_t idle_since = rcci_now_ns();
+    int64_t idle_since = rcci_now_ns(), quiet_since = idle_since;
     for (;;) {
         /* A caller driving inline handles the abort itself; the links are
          * closed here only once it is done with them. */
@@ -334,12 +400,25 @@ static void *progress_main(void *arg)
             }
         }
         int64_t now = rcci_now_ns();
+        if (!any) {
+            const rcci_op_t *coll = NULL;
+            for (int i = 0; i < nact; i++) {
+                rcci_watch_stall(comm, act[i].op, act[i].exec);
+                if (act[i].op->coll != RCCI_COLL_P2P || act[i].op->alltoalls)
+                    coll = act[i].op;
+            }
+            rcc_result_t res = rcci_watch_strays(comm, coll, now - quiet_since);
+            if (res != RCC_SUCCESS) {
+                progress_fail_all(comm, act, &nact, res);
+                continue;
+            }
+        }
         if (any) {
-            idle_since = now;
+            idle_since = quiet_since = now;
         } else if (now - idle_since < spin_ns) {
             sched_yield(); /* as in rcci_progress_run_inline */
         } else {
-            progress_sleep(comm, comm->poll_ms > 0 ? comm->poll_ms : IDLE_WAIT_MS);
+            progress_sleep(comm, comm->poll_ms > 0 ? comm->poll_ms : ACTIVE_WAIT_MS);
             idle_since = rcci_now_ns();
         }
     }
@@ -349,10 +428,13 @@ static void *progress_main(void *arg)
 
 /* Numbers an operation as launched, in call order; under comm->lock.
  * Collectives are numbered per communicator (all ranks call the same
- * ones); point-to-point messages are numbered per peer (p2p.c). */
+ * ones), alltoalls too, also inside a merged point-to-point operation;
+ * point-to-point messages are numbered per peer (p2p.c). */
 static void progress_launch(struct rcc_comm *comm, rcci_op_t *op)
 {
-    op->seq = op->coll == RCCI_COLL_P2P ? 0 : comm->next_seq++;
+    int numbers = op->coll == RCCI_COLL_P2P ? op->alltoalls : 1;
+    op->seq = numbers ? comm->next_seq : 0;
+    comm->next_seq += (uint32_t)numbers;
     op->launched = 1;
 }
 
@@ -393,7 +475,7 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
     rcci_exec_t *exec = NULL;
     rcc_result_t res = exec_start_unless_broken(comm, op, &exec);
     const int64_t spin_ns = progress_spin_ns();
-    int64_t idle_since = rcci_now_ns(), budget = -1;
+    int64_t idle_since = rcci_now_ns(), quiet_since = idle_since, budget = -1;
     int slept = 0;
     while (res == RCC_SUCCESS) {
         if (atomic_load(&comm->aborted)) {
@@ -413,9 +495,13 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
             return 1; /* the progress thread ends it; the caller waits for it */
         int64_t now = rcci_now_ns();
         if (progressed) {
-            idle_since = now;
+            idle_since = quiet_since = now;
             continue;
         }
+        rcci_watch_stall(comm, op, exec);
+        res = rcci_watch_strays(comm, op, now - quiet_since);
+        if (res != RCC_SUCCESS)
+            break;
         if (budget < 0)
             budget = spin_budget(comm, spin_ns);
         if (now - idle_since < budget) {
@@ -426,10 +512,12 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
         }
         /* The eventfd is in the set too: an abort wakes this wait. */
         struct epoll_event ev[16];
-        epoll_wait(comm->epoll_fd, ev, 16, comm->poll_ms > 0 ? comm->poll_ms : IDLE_WAIT_MS);
+        epoll_wait(comm->epoll_fd, ev, 16, comm->poll_ms > 0 ? comm->poll_ms : ACTIVE_WAIT_MS);
         idle_since = rcci_now_ns();
         slept = 1;
     }
+    if (res != RCC_SUCCESS)
+        res = progress_root_cause(comm, res);
     exec_finish(comm, op, exec);
     if (res != RCC_SUCCESS)
         progress_break(comm, res);
@@ -442,6 +530,44 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
     if (wake)
         progress_wake(comm);
     return 1;
+}
+
+rcc_result_t rcci_progress_health(struct rcc_comm *comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    rcc_result_t broken = comm->broken;
+    int take = broken == RCC_SUCCESS && comm->engine == RCCI_ENGINE_IDLE && !comm->queue_head &&
+               !comm->stopping && comm->progress_started && !atomic_load(&comm->aborted);
+    if (take)
+        comm->engine = RCCI_ENGINE_CALLER;
+    pthread_mutex_unlock(&comm->lock);
+    if (!take)
+        return broken; /* whoever drives the engine sees failures as they come */
+    /* Idle: nobody reads the connections, so look (nonblocking probes). */
+    rcc_result_t res = RCC_SUCCESS;
+    rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
+    for (int i = 0; i < 2 && res == RCC_SUCCESS; i++) {
+        if (links[i]->conn) {
+            res = links[i]->tr->probe(links[i]->conn);
+            if (res != RCC_SUCCESS) {
+                char peer[128];
+                rcci_bootstrap_peer_name(comm->bootstrap, links[i]->peer, peer, sizeof peer);
+                rcci_error_prefix("ring connection %s %s: ", i ? "from" : "to", peer);
+            }
+        }
+    }
+    if (res == RCC_SUCCESS)
+        res = rcci_p2p_probe(comm);
+    if (res != RCC_SUCCESS)
+        progress_break(comm, res);
+    pthread_mutex_lock(&comm->lock);
+    comm->engine = RCCI_ENGINE_IDLE;
+    broken = comm->broken;
+    int wake = comm->queue_head || comm->stopping || atomic_load(&comm->aborted);
+    pthread_mutex_unlock(&comm->lock);
+    if (wake)
+        progress_wake(comm);
+    return broken;
 }
 
 rcc_result_t rcci_progress_watch(struct rcc_comm *comm, int fd)

@@ -26,7 +26,9 @@
 
 #include "ringcc.h"
 
-#define RCCI_TRANSPORT_ABI 2
+/* 3: isend/irecv take a tag (seq + the operation's signature), peek and
+ * notify appended. Pre-release: no transport outside this tree yet. */
+#define RCCI_TRANSPORT_ABI 3
 
 /* Connection handles (listen addresses, memory keys) travel through the
  * bootstrap as opaque blobs of at most this size. */
@@ -51,6 +53,21 @@ typedef struct {
     int cuda_device;    /* -1 when the rank has no GPU buffers */
 } rcci_peer_info_t;
 
+/* What a message belongs to, checked by the receiver against what it
+ * posted. `seq` numbers the messages of one connection (different: the
+ * peer is elsewhere in the stream). `sig` is the engine's description of
+ * the operation the message is part of, opaque to transports (different:
+ * the ranks called different operations); describe_sig in the
+ * environment renders it for error messages. */
+#define RCCI_SIG_BYTES 24
+typedef struct {
+    uint32_t seq;
+    uint8_t sig[RCCI_SIG_BYTES];
+} rcci_tag_t;
+
+/* Writes a signature as text ("allreduce(count=4096, float32, sum) as op #17"). */
+typedef void (*rcci_sig_describe_fn)(const uint8_t sig[RCCI_SIG_BYTES], char *buf, size_t size);
+
 /* Everything a transport context needs from its communicator. */
 typedef struct {
     int rank, nranks;
@@ -58,6 +75,7 @@ typedef struct {
     uint64_t comm_id;                        /* distinguishes communicators of one job */
     struct sockaddr_storage local_addr;      /* address of the interface chosen for this job */
     socklen_t local_addr_len;
+    rcci_sig_describe_fn describe_sig;
 } rcci_transport_env_t;
 
 /* Opaque objects owned by a transport. */
@@ -113,12 +131,13 @@ typedef struct rcci_transport {
      * irecvs; the receiver's irecv must post exactly `bytes` (a different
      * length is a protocol error, RCC_ERR_REMOTE). `buf` must stay valid and
      * unmodified (send) / untouched (recv) until test reports completion.
-     * `seq` travels with the message and is checked by the receiver against
-     * the seq of its irecv (RCC_ERR_MISMATCH otherwise). */
-    rcc_result_t (*isend)(rcci_conn_t *conn, const void *buf, size_t bytes, uint32_t seq,
+     * `tag` (copied) travels with the message and is checked by the
+     * receiver against the tag of its irecv: RCC_ERR_MISMATCH naming both
+     * operations when they differ. */
+    rcc_result_t (*isend)(rcci_conn_t *conn, const void *buf, size_t bytes, const rcci_tag_t *tag,
                           rcci_mr_t *mr, rcci_request_t **req);
-    rcc_result_t (*irecv)(rcci_conn_t *conn, void *buf, size_t bytes, uint32_t seq, rcci_mr_t *mr,
-                          rcci_request_t **req);
+    rcc_result_t (*irecv)(rcci_conn_t *conn, void *buf, size_t bytes, const rcci_tag_t *tag,
+                          rcci_mr_t *mr, rcci_request_t **req);
     /* Makes progress on the request's connection and reports whether `req`
      * is complete (*done = 1, the request is then freed and must not be used
      * again). An error fails the request (it is freed) and the connection. */
@@ -143,6 +162,24 @@ typedef struct rcci_transport {
      * any data: RCC_ERR_PEER_LOST once the connection is known to be closed
      * (used while waiting for something the peer should start). */
     rcc_result_t (*probe)(rcci_conn_t *conn);
+
+    /* -- version 3 -- */
+    /* The tag of the next message waiting on the connection that no posted
+     * receive covers, without taking it (*found = 1; 0: none, or not whole
+     * yet), or of an announcement (below), which is taken (*found = 2).
+     * Never blocks. How a rank waiting in one operation sees that a peer
+     * has sent data of another. Errors as probe; a notice (below) waiting
+     * there is returned as the error it carries. */
+    rcc_result_t (*peek)(rcci_conn_t *conn, rcci_tag_t *tag, int *found);
+    /* Best effort, never blocks: tells the peer that this rank's
+     * communicator failed with `res` and `text`, when the connection is at
+     * a message boundary; the peer's next receive or peek on it then fails
+     * with `res` and the text ("rank 2 failed: ..."). Close follows. */
+    void (*notify)(rcci_conn_t *conn, rcc_result_t res, const char *text);
+    /* Best effort, never blocks, at a message boundary only: tells the peer
+     * which operation (`tag`) this rank is waiting in; the peer's peek
+     * reports it. For connections that carry no data (a control lane). */
+    void (*announce)(rcci_conn_t *conn, const rcci_tag_t *tag);
 } rcci_transport_t;
 
 /* Transports built into this library, in priority order, NULL-terminated. */

@@ -75,7 +75,7 @@ typedef struct {
 
 static rcci_p2p_msg_t coll_msg(int peer, int is_send, const void *buf, size_t bytes)
 {
-    return (rcci_p2p_msg_t){peer, is_send, (char *)buf, bytes, RCCI_LANE_COLL};
+    return (rcci_p2p_msg_t){peer, is_send, (char *)buf, bytes, RCCI_LANE_COLL, 0};
 }
 
 /* ---- direct exchange --------------------------------------------------- */

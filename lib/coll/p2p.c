@@ -143,6 +143,20 @@ rcc_result_t rcci_p2p_rounds_start(struct rcc_comm *comm, rcci_op_t *op, const c
     return p2p_begin(comm, x, max_msgs);
 }
 
+/* A message's tag: a collective's (rounds) or a send/recv/alltoall's. */
+static void p2p_tag(const rcci_exec_t *x, const rcci_p2p_msg_t *m, uint32_t seq, rcci_tag_t *tag)
+{
+    if (x->algo) {
+        rcci_op_tag(x->op, seq, tag);
+        return;
+    }
+    rcci_sig_t sig = {.seq = m->alltoall ? x->op->seq + (uint32_t)m->alltoall - 1 : 0,
+                      .kind = m->alltoall ? RCCI_SIG_ALLTOALL : RCCI_SIG_SENDRECV,
+                      .count = m->bytes};
+    tag->seq = seq;
+    rcci_sig_encode(&sig, tag->sig);
+}
+
 /* The collectives' lane carries both directions on one connection. */
 static int p2p_lane_shared(int lane) { return lane == RCCI_LANE_COLL; }
 
@@ -186,8 +200,12 @@ static rcc_result_t p2p_conn(struct rcc_comm *comm, const rcci_p2p_msg_t *m, rcc
             comm->poll_ms = P2P_POLL_MS;
             if (shared)
                 return p2p_ring_alive(comm);
-            if (!lane->out[m->peer] || p->tr->probe(lane->out[m->peer]) == RCC_SUCCESS)
+            rcc_result_t alive =
+                lane->out[m->peer] ? p->tr->probe(lane->out[m->peer]) : RCC_SUCCESS;
+            if (alive == RCC_SUCCESS)
                 return RCC_SUCCESS;
+            if (alive != RCC_ERR_PEER_LOST)
+                return alive; /* the peer's failure notice: its cause, as it was */
             /* Our connection to it closed. A peer that finished its part and
              * left had connected to us first, so its connection is already
              * in our backlog: give the accept a moment before calling it
@@ -226,8 +244,10 @@ again:
             rcci_conn_t *conn = NULL;
             res = p2p_conn(comm, m, &conn);
             if (res == RCC_SUCCESS && conn) {
-                res = m->is_send ? p->tr->isend(conn, m->buf, m->bytes, st->seq, NULL, &st->req)
-                                 : p->tr->irecv(conn, m->buf, m->bytes, st->seq, NULL, &st->req);
+                rcci_tag_t tag;
+                p2p_tag(x, m, st->seq, &tag);
+                res = m->is_send ? p->tr->isend(conn, m->buf, m->bytes, &tag, NULL, &st->req)
+                                 : p->tr->irecv(conn, m->buf, m->bytes, &tag, NULL, &st->req);
                 if (res == RCC_SUCCESS)
                     st->state = P2P_POSTED, (*next)++, *progressed = 1;
             }
@@ -284,6 +304,88 @@ void rcci_p2p_finish(struct rcc_comm *comm, rcci_exec_t *x)
     free(x);
 }
 
+static void p2p_accept_waiting(struct rcc_comm *comm);
+
+rcc_result_t rcci_p2p_ctrl_conn(struct rcc_comm *comm, int peer, rcci_conn_t **conn)
+{
+    rcci_p2p_msg_t m = {.peer = peer, .is_send = 1, .lane = RCCI_LANE_CTRL};
+    return p2p_conn(comm, &m, conn);
+}
+
+void rcci_p2p_accept_waiting(struct rcc_comm *comm)
+{
+    char text[RCCI_ERR_TEXT_BYTES], cause[RCCI_ERR_TEXT_BYTES];
+    snprintf(text, sizeof text, "%s", rcci_tls_error());
+    snprintf(cause, sizeof cause, "%s", rcci_tls_cause());
+    p2p_accept_waiting(comm);
+    rcci_tls_error_restore(text, cause);
+}
+
+static void p2p_accept_waiting(struct rcc_comm *comm)
+{
+    rcci_p2p_links_t *p = &comm->p2p;
+    for (int l = 0; l < RCCI_P2P_LANES && p->listener; l++) {
+        rcci_p2p_lane_t *lane = &p->lane[l];
+        int shared = p2p_lane_shared(l);
+        for (int r = 0; r < comm->nranks && lane->in; r++) {
+            if (r == comm->rank || lane->in[r] || (shared && comm->rank < r))
+                continue; /* there, or this rank's to make */
+            rcci_conn_t *conn = NULL;
+            if (p->tr->accept(p->listener, r, P2P_TAG + (uint32_t)l, 0, &conn) != RCC_SUCCESS)
+                continue;
+            if (rcci_progress_watch(comm, p->tr->wait_fd(conn)) != RCC_SUCCESS) {
+                p->tr->close(conn);
+                continue;
+            }
+            lane->in[r] = conn;
+            if (shared)
+                lane->out[r] = conn;
+        }
+    }
+}
+
+/* The first failure a probe of the point-to-point connections finds; with
+ * notices_only, the first that is not a plain loss (a peer's notice). */
+static rcc_result_t p2p_probe_all(struct rcc_comm *comm, int notices_only)
+{
+    rcci_p2p_links_t *p = &comm->p2p;
+    for (int l = 0; l < RCCI_P2P_LANES; l++) {
+        rcci_p2p_lane_t *lane = &p->lane[l];
+        for (int r = 0; r < comm->nranks && lane->out; r++) {
+            rcci_conn_t *conns[2] = {lane->out[r],
+                                     lane->in[r] != lane->out[r] ? lane->in[r] : NULL};
+            for (int i = 0; i < 2; i++) {
+                rcc_result_t res = conns[i] ? p->tr->probe(conns[i]) : RCC_SUCCESS;
+                if (res == RCC_SUCCESS || (notices_only && res == RCC_ERR_PEER_LOST))
+                    continue;
+                char peer[128];
+                rcci_bootstrap_peer_name(comm->bootstrap, r, peer, sizeof peer);
+                rcci_error_prefix("connection with %s: ", peer);
+                return res;
+            }
+        }
+    }
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_p2p_probe(struct rcc_comm *comm) { return p2p_probe_all(comm, 0); }
+
+rcc_result_t rcci_p2p_find_notice(struct rcc_comm *comm) { return p2p_probe_all(comm, 1); }
+
+void rcci_p2p_notify(struct rcc_comm *comm, rcc_result_t res, const char *text)
+{
+    rcci_p2p_links_t *p = &comm->p2p;
+    for (int l = 0; l < RCCI_P2P_LANES; l++) {
+        rcci_p2p_lane_t *lane = &p->lane[l];
+        for (int r = 0; r < comm->nranks && lane->out; r++) {
+            if (lane->out[r])
+                p->tr->notify(lane->out[r], res, text);
+            if (lane->in[r] && lane->in[r] != lane->out[r])
+                p->tr->notify(lane->in[r], res, text);
+        }
+    }
+}
+
 void rcci_p2p_close(struct rcc_comm *comm)
 {
     rcci_p2p_links_t *p = &comm->p2p;
@@ -296,5 +398,27 @@ void rcci_p2p_close(struct rcc_comm *comm)
                 p->tr->close(lane->in[r]);
             lane->out[r] = lane->in[r] = NULL;
         }
+    }
+}
+
+void rcci_p2p_waiting_for(struct rcc_comm *comm, rcci_exec_t *x, char *buf, size_t size)
+{
+    size_t n = 0;
+    int listed = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < x->nmsgs && n + 1 < size; i++) {
+        const rcci_p2p_msg_t *m = &x->msgs[i];
+        if (x->st[i].state == P2P_DONE)
+            continue;
+        if (listed++ == 8) {
+            snprintf(buf + n, size - n, ", ...");
+            break;
+        }
+        char peer[128];
+        rcci_bootstrap_peer_name(comm->bootstrap, m->peer, peer, sizeof peer);
+        int k = snprintf(buf + n, size - n, "%s%s (%s of %zu bytes%s)", n ? ", " : "", peer,
+                         m->is_send ? "send" : "receive", m->bytes,
+                         x->st[i].state == P2P_WAITING ? ", not started" : "");
+        n += k > 0 ? (size_t)k : 0;
     }
 }

@@ -29,6 +29,7 @@ struct rcci_exec {
     rcci_request_t **sreq, **rreq; /* ring buffers indexed by item % slots */
     int64_t last_progress_ns;
     int local_done;
+    rcci_tag_t tag; /* every message of the operation carries it */
 };
 
 static char *pipe_slot(struct rcc_comm *comm, size_t item)
@@ -96,6 +97,7 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
         return rcci_error(RCC_ERR_NO_MEMORY, "operation state");
     *out = x;
     x->op = op;
+    rcci_op_tag(op, op->seq, &x->tag);
     size_t esize = rcc_datatype_size(op->dtype);
     rcc_result_t res = pipe_scratch(comm, rcci_schedule_scratch_bytes(op->coll, op->count, esize));
     if (res != RCC_SUCCESS)
@@ -161,7 +163,6 @@ static rcc_result_t pipe_reap(struct rcc_comm *comm, rcci_exec_t *x, int sends, 
 
 rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progressed, int *done)
 {
-    const rcci_op_t *op = x->op;
     const rcci_link_t *sl = &comm->send_link, *rl = &comm->recv_link;
     size_t slots = (size_t)comm->slots, esize = x->sched.esize;
     rcc_result_t res;
@@ -178,7 +179,7 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progr
         rcci_schedule_recv(&x->sched, x->recv_posted, &step);
         if (step.count > 0) { /* empty steps are skipped on both sides */
             void *dst = step.local ? pipe_slot(comm, x->recv_posted) : step.dst;
-            res = rl->tr->irecv(rl->conn, dst, step.count * esize, op->seq, NULL,
+            res = rl->tr->irecv(rl->conn, dst, step.count * esize, &x->tag, NULL,
                                 &x->rreq[x->recv_posted % slots]);
             if (res != RCC_SUCCESS)
                 return pipe_fail(comm, x, res, x->recv_posted, 0);
@@ -195,7 +196,7 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progr
         if (step.dep >= 0 && (size_t)step.dep >= x->recv_done)
             break; /* what it forwards has not arrived (or been reduced) yet */
         if (step.count > 0) {
-            res = sl->tr->isend(sl->conn, step.src, step.count * esize, op->seq, NULL,
+            res = sl->tr->isend(sl->conn, step.src, step.count * esize, &x->tag, NULL,
                                 &x->sreq[x->send_posted % slots]);
             if (res != RCC_SUCCESS)
                 return pipe_fail(comm, x, res, x->send_posted, 1);
@@ -239,4 +240,21 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
     free(x->sreq);
     free(x->rreq);
     free(x);
+}
+
+void rcci_coll_waiting_for(struct rcc_comm *comm, rcci_exec_t *x, char *buf, size_t size)
+{
+    char peer[128];
+    size_t n = 0;
+    buf[0] = '\0';
+    if (x->recv_done < x->sched.nrecv) {
+        rcci_bootstrap_peer_name(comm->bootstrap, comm->recv_link.peer, peer, sizeof peer);
+        n += (size_t)snprintf(buf, size, "%s (receive %zu of %zu)", peer, x->recv_done + 1,
+                              x->sched.nrecv);
+    }
+    if (x->send_done < x->sched.nsend && n < size) {
+        rcci_bootstrap_peer_name(comm->bootstrap, comm->send_link.peer, peer, sizeof peer);
+        snprintf(buf + n, size - n, "%s%s (send %zu of %zu)", n ? ", " : "", peer, x->send_done + 1,
+                 x->sched.nsend);
+    }
 }

@@ -510,8 +510,8 @@ typedef struct {
 
 /* Variant 0: the receive expects fewer elements than were sent; 1: more;
  * 2: fewer, of a message too big for the socket buffers (the sender cannot
- * finish either). The receiver must fail with RCC_ERR_REMOTE within a few
- * seconds; nobody may hang. */
+ * finish either). The receiver must fail with RCC_ERR_MISMATCH naming both
+ * sizes within a few seconds; nobody may hang. */
 static int rank_p2p_mismatch(int rank, int n, void *arg)
 {
     int variant = *(const int *)arg;
@@ -542,9 +542,18 @@ static int rank_p2p_mismatch(int rank, int n, void *arg)
         atomic_store(&area->recv_done, 1);
         fprintf(stderr, "(expected) rank 1: receive of %zu int32 for %zu sent: %.2f s: %s: %s\n",
                 expected, sent, took, rcc_result_name(res), rcc_last_error(comm));
-        if (res != RCC_ERR_REMOTE)
-            MP_FAIL("receive of %zu int32 where %zu were sent: %s (expected RCC_ERR_REMOTE): %s",
+        if (res != RCC_ERR_MISMATCH)
+            MP_FAIL("receive of %zu int32 where %zu were sent: %s (expected RCC_ERR_MISMATCH): %s",
                     expected, sent, rcc_result_name(res), rcc_last_error(comm));
+        char want[2][128];
+        snprintf(want[0], sizeof want[0], "rank 0 (");
+        snprintf(want[1], sizeof want[1],
+                 "called a %zu-byte send/recv message while rank 1 "
+                 "called a %zu-byte",
+                 sent * 4, expected * 4);
+        for (int i = 0; i < 2; i++)
+            if (!strstr(rcc_last_error(comm), want[i]))
+                MP_FAIL("the mismatch's message lacks \"%s\": %s", want[i], rcc_last_error(comm));
         if (took > 4)
             MP_FAIL("the mismatch took %.1f s to report", took);
         if (!td_guards_intact(b.recv, expected * 4))

@@ -36,7 +36,7 @@ struct rcci_request {
     char *buf;
     size_t bytes;
     size_t moved; /* header and payload bytes moved so far */
-    uint32_t seq;
+    rcci_tag_t tag;
     int complete;
     uint8_t header[RCCI_WIRE_HEADER_BYTES];
 };
@@ -49,8 +49,9 @@ struct rcci_conn {
     tcp_ctx_t *ctx;
     int fd;
     rcc_result_t failed; /* sticky: a broken stream cannot be resynchronised */
-    char failure[256];
+    char failure[RCCI_ERR_TEXT_BYTES];
     char peer[96];
+    char self[16]; /* "rank 3", for mismatch messages */
     tcp_queue_t sends, recvs;
 };
 
@@ -176,6 +177,7 @@ static rcc_result_t tcp_conn_new(tcp_ctx_t *ctx, int fd, const char *peer, rcci_
     c->ctx = ctx;
     c->fd = fd;
     snprintf(c->peer, sizeof c->peer, "%s", peer);
+    snprintf(c->self, sizeof c->self, "rank %d", ctx->env.rank);
     *out = c;
     return RCC_SUCCESS;
 }
@@ -219,9 +221,10 @@ static rcc_result_t tcp_accept(rcci_listener_t *l, int peer_rank, uint32_t tag, 
     if (res != RCC_SUCCESS)
         return res;
     rcci_addr_t from = {.len = sizeof from.u};
-    char text[80] = "?";
+    char addr[80] = "?", text[96];
     if (getpeername(fd, &from.u.sa, &from.len) == 0)
-        rcci_addr_format(&from, text, sizeof text);
+        rcci_addr_format(&from, addr, sizeof addr);
+    snprintf(text, sizeof text, "rank %d (%s)", (int)hello.rank, addr);
     res = tcp_conn_new(l->ctx, fd, text, out);
     if (res != RCC_SUCCESS)
         close(fd);
@@ -245,7 +248,7 @@ static rcc_result_t tcp_dereg_mem(void *tctx, rcci_mr_t *mr)
 }
 
 static rcc_result_t tcp_post(rcci_conn_t *c, int is_send, const void *buf, size_t bytes,
-                             uint32_t seq, rcci_request_t **out)
+                             const rcci_tag_t *tag, rcci_request_t **out)
 {
     if (c->failed != RCC_SUCCESS)
         return rcci_error(c->failed, "%s", c->failure);
@@ -255,26 +258,26 @@ static rcc_result_t tcp_post(rcci_conn_t *c, int is_send, const void *buf, size_
     r->conn = c;
     r->buf = (char *)buf;
     r->bytes = bytes;
-    r->seq = seq;
+    r->tag = *tag;
     if (is_send)
-        rcci_wire_encode(r->header, seq, bytes);
+        rcci_wire_encode(r->header, tag, bytes);
     tcp_queue_push(is_send ? &c->sends : &c->recvs, r);
     *out = r;
     return RCC_SUCCESS;
 }
 
-static rcc_result_t tcp_isend(rcci_conn_t *c, const void *buf, size_t bytes, uint32_t seq,
+static rcc_result_t tcp_isend(rcci_conn_t *c, const void *buf, size_t bytes, const rcci_tag_t *tag,
                               rcci_mr_t *mr, rcci_request_t **req)
 {
     (void)mr;
-    return tcp_post(c, 1, buf, bytes, seq, req);
+    return tcp_post(c, 1, buf, bytes, tag, req);
 }
 
-static rcc_result_t tcp_irecv(rcci_conn_t *c, void *buf, size_t bytes, uint32_t seq, rcci_mr_t *mr,
-                              rcci_request_t **req)
+static rcc_result_t tcp_irecv(rcci_conn_t *c, void *buf, size_t bytes, const rcci_tag_t *tag,
+                              rcci_mr_t *mr, rcci_request_t **req)
 {
     (void)mr;
-    return tcp_post(c, 0, buf, bytes, seq, req);
+    return tcp_post(c, 0, buf, bytes, tag, req);
 }
 
 static rcc_result_t tcp_fail(rcci_conn_t *c, rcc_result_t code)
@@ -298,6 +301,42 @@ static int tcp_gather(tcp_queue_t *q, struct iovec *iov)
     return n;
 }
 
+/* A failure notice: its text is what follows the header, some of it
+ * already read (in the order of the receive queue's iovecs: the rest of
+ * r's payload, then the next requests' headers and payloads: `extra`
+ * bytes), the rest still in the socket. Fails the connection with it. */
+static rcc_result_t tcp_take_notice(rcci_conn_t *c, const rcci_wire_frame_t *f,
+                                    struct rcci_request *r, size_t extra)
+{
+    char text[RCCI_WIRE_NOTICE_MAX + 1];
+    size_t want = (size_t)f->length, got = 0;
+    size_t in_r = r->moved - RCCI_WIRE_HEADER_BYTES;
+    got = in_r < want ? in_r : want;
+    if (got)
+        memcpy(text, r->buf, got);
+    for (struct rcci_request *q = r->next; q && extra > 0 && got < want; q = q->next) {
+        const char *parts[2] = {(const char *)q->header, q->buf};
+        size_t sizes[2] = {RCCI_WIRE_HEADER_BYTES, q->bytes};
+        for (int i = 0; i < 2 && extra > 0 && got < want; i++) {
+            size_t k = sizes[i] < extra ? sizes[i] : extra;
+            k = k < want - got ? k : want - got;
+            memcpy(text + got, parts[i], k);
+            got += k, extra -= k;
+        }
+    }
+    while (got < want) { /* sent in one piece: the rest is there or never comes */
+        ssize_t k = recv(c->fd, text + got, want - got, MSG_DONTWAIT);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    text[got] = '\0';
+    for (size_t i = 0; i < got; i++) /* the peer's text, shown as is: printable only */
+        if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
+            text[i] = '?';
+    return tcp_fail(c, rcci_error(f->notice_res, "%s", got ? text : "a peer failed (no detail)"));
+}
+
 /* Credits `n` moved bytes to the queue in order, completing messages.
  * Received headers are validated as soon as they are whole. */
 static rcc_result_t tcp_advance(rcci_conn_t *c, tcp_queue_t *q, size_t n, int is_recv)
@@ -310,7 +349,16 @@ static rcc_result_t tcp_advance(rcci_conn_t *c, tcp_queue_t *q, size_t n, int is
         r->moved += take;
         n -= take;
         if (is_recv && header_was_partial && r->moved >= RCCI_WIRE_HEADER_BYTES) {
-            rcc_result_t res = rcci_wire_check(r->header, r->seq, r->bytes, c->peer);
+            rcci_wire_frame_t f;
+            rcc_result_t res = rcci_wire_parse(r->header, &f, c->peer);
+            if (res == RCC_SUCCESS && f.notice)
+                return tcp_take_notice(c, &f, r, n);
+            if (res == RCC_SUCCESS && f.announce)
+                res = rcci_error(RCC_ERR_REMOTE, "%s sent an announcement where data was expected",
+                                 c->peer);
+            if (res == RCC_SUCCESS)
+                res = rcci_wire_match(&f, &r->tag, r->bytes, c->peer, c->self,
+                                      c->ctx->env.describe_sig);
             if (res != RCC_SUCCESS)
                 return tcp_fail(c, res);
         }
@@ -393,19 +441,91 @@ static rcc_result_t tcp_test(rcci_request_t *r, int *done)
 
 static int tcp_wait_fd(rcci_conn_t *c) { return c->fd; }
 
-static rcc_result_t tcp_probe(rcci_conn_t *c)
+/* The header of the next message when no receive is posted and it is
+ * whole in the socket (*found); a notice there is taken and fails the
+ * connection with what it says. A close seen here fails it too. */
+static rcc_result_t tcp_peek_frame(rcci_conn_t *c, rcci_wire_frame_t *f, int *found)
 {
+    *found = 0;
     if (c->failed != RCC_SUCCESS)
         return rcci_error(c->failed, "%s", c->failure);
     if (c->recvs.head)
-        return RCC_SUCCESS; /* a posted receive notices a close by itself */
-    char byte;
-    ssize_t r = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        return RCC_SUCCESS; /* a posted receive notices a close or a notice by itself */
+    uint8_t header[RCCI_WIRE_HEADER_BYTES];
+    ssize_t r = recv(c->fd, header, sizeof header, MSG_PEEK | MSG_DONTWAIT);
     if (r == 0)
         return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s closed the connection", c->peer));
     if (r < 0 && errno != EAGAIN && errno != EINTR)
         return tcp_fail(c, rcci_error_errno(RCC_ERR_PEER_LOST, errno, "%s", c->peer));
+    if (r < (ssize_t)sizeof header)
+        return RCC_SUCCESS; /* nothing, or not whole yet */
+    rcc_result_t res = rcci_wire_parse(header, f, c->peer);
+    if (res != RCC_SUCCESS)
+        return tcp_fail(c, res);
+    if (f->notice) { /* the stream ends with it: take it */
+        if (recv(c->fd, header, sizeof header, MSG_DONTWAIT) != (ssize_t)sizeof header)
+            return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s failed", c->peer));
+        struct rcci_request none = {.moved = RCCI_WIRE_HEADER_BYTES};
+        return tcp_take_notice(c, f, &none, 0);
+    }
+    if (f->announce) { /* not data: taken now, reported once */
+        if (recv(c->fd, header, sizeof header, MSG_DONTWAIT) != (ssize_t)sizeof header)
+            return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s failed", c->peer));
+        *found = 2;
+        return RCC_SUCCESS;
+    }
+    *found = 1;
     return RCC_SUCCESS;
+}
+
+static rcc_result_t tcp_probe(rcci_conn_t *c)
+{
+    rcci_wire_frame_t f;
+    int found;
+    return tcp_peek_frame(c, &f, &found);
+}
+
+static rcc_result_t tcp_peek(rcci_conn_t *c, rcci_tag_t *tag, int *found)
+{
+    rcci_wire_frame_t f;
+    rcc_result_t res = tcp_peek_frame(c, &f, found);
+    if (res == RCC_SUCCESS && *found)
+        *tag = f.tag;
+    return res;
+}
+
+/* Sends a whole small frame now or not at all: only at a message
+ * boundary of the send stream (else it would land inside a payload). */
+static void tcp_send_frame_now(rcci_conn_t *c, const uint8_t *frame, size_t bytes)
+{
+    struct rcci_request *head = c->sends.head;
+    if (head && head->moved > 0)
+        return;
+    ssize_t w = send(c->fd, frame, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w; /* best effort: a full socket or a gone peer learns from the close */
+}
+
+static void tcp_announce(rcci_conn_t *c, const rcci_tag_t *tag)
+{
+    if (!c || c->failed != RCC_SUCCESS)
+        return;
+    uint8_t frame[RCCI_WIRE_HEADER_BYTES];
+    rcci_wire_encode_announce(frame, tag);
+    tcp_send_frame_now(c, frame, sizeof frame);
+}
+
+static void tcp_notify(rcci_conn_t *c, rcc_result_t res, const char *text)
+{
+    /* A stream that failed reading (a mismatch, a malformed frame) can
+     * still carry the notice; one that failed at the socket cannot. */
+    if (!c || c->failed == RCC_ERR_PEER_LOST || c->failed == RCC_ERR_SYSTEM)
+        return;
+    uint8_t frame[RCCI_WIRE_HEADER_BYTES + RCCI_WIRE_NOTICE_MAX];
+    size_t len = strlen(text);
+    len = len < RCCI_WIRE_NOTICE_MAX ? len : RCCI_WIRE_NOTICE_MAX;
+    rcci_wire_encode_notice(frame, res, len);
+    memcpy(frame + RCCI_WIRE_HEADER_BYTES, text, len);
+    tcp_send_frame_now(c, frame, RCCI_WIRE_HEADER_BYTES + len);
 }
 
 static void tcp_close(rcci_conn_t *c)
@@ -440,4 +560,7 @@ const rcci_transport_t rcci_transport_tcp = {
     .wait_fd = tcp_wait_fd,
     .close = tcp_close,
     .probe = tcp_probe,
+    .peek = tcp_peek,
+    .notify = tcp_notify,
+    .announce = tcp_announce,
 };

@@ -1,56 +1,114 @@
 /* Encoding and validation of the TCP frame header. */
 #include "wire.h"
 
+#include <stdio.h>
+#include <string.h>
+
+#include "byteorder.h"
 #include "err.h"
 
-static void wire_put(uint8_t *p, uint64_t v, int bytes)
+static void wire_put_header(uint8_t *out, uint8_t flags, uint32_t seq, uint64_t length,
+                            const uint8_t *sig)
 {
-    for (int i = 0; i < bytes; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t wire_get(const uint8_t *p, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-void rcci_wire_encode(uint8_t out[RCCI_WIRE_HEADER_BYTES], uint32_t seq, uint64_t length)
-{
-    wire_put(out, RCCI_WIRE_MAGIC, 4);
+    rcci_put_le(out, RCCI_WIRE_MAGIC, 4);
     out[4] = RCCI_WIRE_VERSION;
-    out[5] = 0;
-    wire_put(out + 6, RCCI_WIRE_HEADER_BYTES, 2);
-    wire_put(out + 8, seq, 4);
-    wire_put(out + 12, 0, 4);
-    wire_put(out + 16, length, 8);
+    out[5] = flags;
+    rcci_put_le(out + 6, RCCI_WIRE_HEADER_BYTES, 2);
+    rcci_put_le(out + 8, seq, 4);
+    rcci_put_le(out + 12, 0, 4);
+    rcci_put_le(out + 16, length, 8);
+    if (sig)
+        memcpy(out + 24, sig, RCCI_SIG_BYTES);
+    else
+        memset(out + 24, 0, RCCI_SIG_BYTES);
 }
 
-rcc_result_t rcci_wire_check(const uint8_t in[RCCI_WIRE_HEADER_BYTES], uint32_t expect_seq,
-                             uint64_t expect_length, const char *peer)
+void rcci_wire_encode(uint8_t out[RCCI_WIRE_HEADER_BYTES], const rcci_tag_t *tag, uint64_t length)
 {
-    uint32_t magic = (uint32_t)wire_get(in, 4);
+    wire_put_header(out, 0, tag->seq, length, tag->sig);
+}
+
+void rcci_wire_encode_announce(uint8_t out[RCCI_WIRE_HEADER_BYTES], const rcci_tag_t *tag)
+{
+    wire_put_header(out, RCCI_WIRE_ANNOUNCE, tag->seq, 0, tag->sig);
+}
+
+void rcci_wire_encode_notice(uint8_t out[RCCI_WIRE_HEADER_BYTES], rcc_result_t res,
+                             size_t text_bytes)
+{
+    if (text_bytes > RCCI_WIRE_NOTICE_MAX)
+        text_bytes = RCCI_WIRE_NOTICE_MAX;
+    wire_put_header(out, RCCI_WIRE_NOTICE, (uint32_t)res, text_bytes, NULL);
+}
+
+rcc_result_t rcci_wire_parse(const uint8_t in[RCCI_WIRE_HEADER_BYTES], rcci_wire_frame_t *frame,
+                             const char *peer)
+{
+    uint32_t magic = (uint32_t)rcci_get_le(in, 4);
     if (magic != RCCI_WIRE_MAGIC)
         return rcci_error(RCC_ERR_REMOTE,
                           "%s sent bytes that are not a ringcc frame (magic 0x%08x)", peer, magic);
-    if (in[4] != RCCI_WIRE_VERSION || wire_get(in + 6, 2) != RCCI_WIRE_HEADER_BYTES)
+    if (in[4] != RCCI_WIRE_VERSION || rcci_get_le(in + 6, 2) != RCCI_WIRE_HEADER_BYTES)
         return rcci_error(RCC_ERR_REMOTE,
                           "%s speaks frame version %u with %u-byte headers; this is version %u",
-                          peer, in[4], (unsigned)wire_get(in + 6, 2), RCCI_WIRE_VERSION);
-    if (in[5] != 0 || wire_get(in + 12, 4) != 0)
+                          peer, in[4], (unsigned)rcci_get_le(in + 6, 2), RCCI_WIRE_VERSION);
+    const unsigned known = RCCI_WIRE_NOTICE | RCCI_WIRE_ANNOUNCE;
+    if ((in[5] & ~known) != 0 || (in[5] & known) == known || rcci_get_le(in + 12, 4) != 0)
         return rcci_error(RCC_ERR_REMOTE, "%s sent a frame with unknown flags 0x%02x", peer, in[5]);
-    uint32_t seq = (uint32_t)wire_get(in + 8, 4);
-    uint64_t length = wire_get(in + 16, 8);
-    if (seq != expect_seq)
-        return rcci_error(RCC_ERR_MISMATCH,
-                          "%s sent data of operation #%u while this rank is in operation #%u", peer,
-                          seq, expect_seq);
-    if (length != expect_length)
+    memset(frame, 0, sizeof *frame);
+    frame->tag.seq = (uint32_t)rcci_get_le(in + 8, 4);
+    frame->length = rcci_get_le(in + 16, 8);
+    memcpy(frame->tag.sig, in + 24, RCCI_SIG_BYTES);
+    if (in[5] & RCCI_WIRE_ANNOUNCE) {
+        frame->announce = 1;
+        if (frame->length != 0)
+            return rcci_error(RCC_ERR_REMOTE, "%s sent an announcement with a %llu-byte payload",
+                              peer, (unsigned long long)frame->length);
+    }
+    if (in[5] & RCCI_WIRE_NOTICE) {
+        frame->notice = 1;
+        frame->notice_res = (rcc_result_t)(int32_t)frame->tag.seq;
+        if (frame->length > RCCI_WIRE_NOTICE_MAX || frame->notice_res == RCC_SUCCESS ||
+            !strcmp(rcc_result_name(frame->notice_res), "RCC_UNKNOWN_RESULT"))
+            return rcci_error(RCC_ERR_REMOTE,
+                              "%s sent a malformed failure notice (code %u, %llu bytes)", peer,
+                              frame->tag.seq, (unsigned long long)frame->length);
+    }
+    return RCC_SUCCESS;
+}
+
+static void wire_describe(rcci_sig_describe_fn describe, const uint8_t *sig, char *buf, size_t size)
+{
+    if (describe) {
+        describe(sig, buf, size);
+        return;
+    }
+    size_t n = 0;
+    for (int i = 0; i < RCCI_SIG_BYTES && n + 3 <= size; i++)
+        n += (size_t)snprintf(buf + n, size - n, "%02x", sig[i]);
+}
+
+rcc_result_t rcci_wire_match(const rcci_wire_frame_t *frame, const rcci_tag_t *expect,
+                             uint64_t expect_length, const char *peer, const char *self,
+                             rcci_sig_describe_fn describe)
+{
+    char theirs[160], ours[160];
+    if (frame->tag.seq != expect->seq || memcmp(frame->tag.sig, expect->sig, RCCI_SIG_BYTES)) {
+        wire_describe(describe, frame->tag.sig, theirs, sizeof theirs);
+        wire_describe(describe, expect->sig, ours, sizeof ours);
+        if (frame->tag.seq != expect->seq)
+            return rcci_error(RCC_ERR_MISMATCH,
+                              "%s sent message #%u of its stream, from %s, where %s waits for "
+                              "message #%u, of %s",
+                              peer, frame->tag.seq, theirs, self, expect->seq, ours);
+        return rcci_error(RCC_ERR_MISMATCH, "%s called %s while %s called %s", peer, theirs, self,
+                          ours);
+    }
+    if (frame->length != expect_length)
         return rcci_error(RCC_ERR_REMOTE,
-                          "%s sent a %llu-byte message where %llu bytes were expected (operation "
+                          "%s sent a %llu-byte message where %llu bytes were expected (message "
                           "#%u): the ranks disagree on the operation's size",
-                          peer, (unsigned long long)length, (unsigned long long)expect_length, seq);
+                          peer, (unsigned long long)frame->length,
+                          (unsigned long long)expect_length, frame->tag.seq);
     return RCC_SUCCESS;
 }

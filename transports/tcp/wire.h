@@ -1,8 +1,14 @@
 /*
  * The TCP transport's frame header. Every message on a data connection is
  * one header followed by `length` payload bytes. Fixed little-endian layout:
- *   0  u32 magic "RCCD"   4 u8 version   5 u8 flags (0)   6 u16 header bytes
- *   8  u32 seq           12 u32 reserved (0)             16 u64 length
+ *   0  u32 magic "RCCD"   4 u8 version   5 u8 flags   6 u16 header bytes
+ *   8  u32 seq           12 u32 reserved (0)         16 u64 length
+ *  24  u8[24] signature of the operation (the engine's, opaque here)
+ * A notice (flag RCCI_WIRE_NOTICE) tells the peer that the sender's
+ * communicator failed: seq holds the result code, the payload (at most
+ * RCCI_WIRE_NOTICE_MAX bytes) the error text, the signature is zero. An
+ * announcement (flag RCCI_WIRE_ANNOUNCE, no payload) carries the tag of
+ * the operation the sender is waiting in.
  */
 #ifndef RINGCC_TCP_WIRE_H
 #define RINGCC_TCP_WIRE_H
@@ -11,18 +17,45 @@
 #include <stdint.h>
 
 #include "ringcc.h"
+#include "transport.h"
 
 #define RCCI_WIRE_MAGIC 0x44434352u /* "RCCD" read as little-endian */
-#define RCCI_WIRE_VERSION 1
-#define RCCI_WIRE_HEADER_BYTES 24
+#define RCCI_WIRE_VERSION 2
+#define RCCI_WIRE_HEADER_BYTES 48
+#define RCCI_WIRE_NOTICE 0x02u
+#define RCCI_WIRE_ANNOUNCE 0x04u
+#define RCCI_WIRE_NOTICE_MAX 480
 
-void rcci_wire_encode(uint8_t out[RCCI_WIRE_HEADER_BYTES], uint32_t seq, uint64_t length);
+/* A header, decoded. */
+typedef struct {
+    rcci_tag_t tag;
+    uint64_t length;
+    int notice;              /* a failure notice, not data */
+    int announce;            /* an announcement, not data */
+    rcc_result_t notice_res; /* its result code */
+} rcci_wire_frame_t;
 
-/* Validates a received header against what the receiver posted. Returns
- * RCC_ERR_REMOTE (not a frame, wrong version, wrong length) or
- * RCC_ERR_MISMATCH (different seq: the peer is in another operation), with a
- * message naming the fields; `peer` names the sender in it. */
-rcc_result_t rcci_wire_check(const uint8_t in[RCCI_WIRE_HEADER_BYTES], uint32_t expect_seq,
-                             uint64_t expect_length, const char *peer);
+void rcci_wire_encode(uint8_t out[RCCI_WIRE_HEADER_BYTES], const rcci_tag_t *tag, uint64_t length);
+/* The header of a notice carrying `res` and text_bytes (<= RCCI_WIRE_NOTICE_MAX) of text. */
+void rcci_wire_encode_notice(uint8_t out[RCCI_WIRE_HEADER_BYTES], rcc_result_t res,
+                             size_t text_bytes);
+
+/* The header of an announcement of `tag`. */
+void rcci_wire_encode_announce(uint8_t out[RCCI_WIRE_HEADER_BYTES], const rcci_tag_t *tag);
+
+/* Decodes a header. RCC_ERR_REMOTE, naming `peer`, when it is not one:
+ * wrong magic, version or header size, unknown flags, a nonzero reserved
+ * field, a notice longer than RCCI_WIRE_NOTICE_MAX or with a result code
+ * that is not a failure. */
+rcc_result_t rcci_wire_parse(const uint8_t in[RCCI_WIRE_HEADER_BYTES], rcci_wire_frame_t *frame,
+                             const char *peer);
+
+/* Checks a decoded data frame against the receive posted for it:
+ * RCC_ERR_MISMATCH when the seq or signature differs (the message names
+ * `peer` and `self` with their operations, through `describe` when not
+ * NULL, else in hex), RCC_ERR_REMOTE when only the length does. */
+rcc_result_t rcci_wire_match(const rcci_wire_frame_t *frame, const rcci_tag_t *expect,
+                             uint64_t expect_length, const char *peer, const char *self,
+                             rcci_sig_describe_fn describe);
 
 #endif /* RINGCC_TCP_WIRE_H */

@@ -1,0 +1,175 @@
+/*
+ * What a waiting operation looks at besides its own messages: data that
+ * peers sent on connections nobody is reading (a peer in another
+ * collective: fail at once with both calls named, instead of waiting out
+ * the timeout), and how long it has waited (RCC_STALL_WARN: say which
+ * peers it waits for, as Horovod's stall inspector does).
+ *
+ * Ranks in different collectives need not send each other anything (a
+ * reduce's ring and a recursive doubling's pairs can wait for each other
+ * in a circle without a byte moving), so a rank stalled for a moment
+ * announces the operation it waits in to its ring neighbours on the
+ * control lane; a neighbour waiting in the same-numbered operation under
+ * another signature names the mismatch. Where all agree, nothing happens.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "byteorder.h"
+#include "clock.h"
+#include "comm.h"
+#include "log.h"
+#include "params.h"
+
+#define WATCH_AFTER_NS (50ll * 1000000)     /* idle this long before looking */
+#define WATCH_EVERY_NS (100ll * 1000000)    /* and then at most this often */
+#define ANNOUNCE_AFTER_NS (200ll * 1000000) /* stalled this long: tell the neighbours */
+
+static uint32_t sig_seq(const uint8_t *sig) { return (uint32_t)rcci_get_le(sig, 4); }
+
+/* The stray message on `conn` from `peer`, judged against collective `op`. */
+static rcc_result_t watch_conn(struct rcc_comm *comm, const rcci_transport_t *tr, rcci_conn_t *conn,
+                               int peer, const rcci_op_t *op, const rcci_tag_t *ours)
+{
+    rcci_tag_t theirs;
+    int found = 0;
+    rcc_result_t res = tr->peek(conn, &theirs, &found);
+    /* A peer that closed a connection this operation does not read may
+     * just have finished and left: whoever needs the connection will see
+     * it. A failure notice, though, names a cause: it fails the operation. */
+    if (res == RCC_ERR_UNSUPPORTED || res == RCC_ERR_PEER_LOST)
+        return RCC_SUCCESS;
+    if (res != RCC_SUCCESS || !found)
+        return res;
+    if (found == 2) { /* an announcement: judged against ours now and later */
+        memcpy(comm->heard[peer], theirs.sig, RCCI_SIG_BYTES);
+        comm->heard_valid[peer] = 1;
+        return RCC_SUCCESS;
+    }
+    if (theirs.sig[4] == RCCI_SIG_SENDRECV)
+        return RCC_SUCCESS; /* not numbered: may be received by a later call */
+    uint32_t seq = sig_seq(theirs.sig);
+    if (seq > op->seq || (seq == op->seq && !memcmp(theirs.sig, ours->sig, RCCI_SIG_BYTES)))
+        return RCC_SUCCESS; /* ahead of us, or this operation's own, not posted yet */
+    char peer_name[128], their_call[160], our_call[160];
+    rcci_bootstrap_peer_name(comm->bootstrap, peer, peer_name, sizeof peer_name);
+    rcci_sig_describe(theirs.sig, their_call, sizeof their_call);
+    rcci_sig_describe(ours->sig, our_call, sizeof our_call);
+    if (seq == op->seq)
+        return rcci_error(RCC_ERR_MISMATCH, "%s called %s while rank %d called %s", peer_name,
+                          their_call, comm->rank, our_call);
+    return rcci_error(RCC_ERR_MISMATCH,
+                      "%s sent data of %s, which rank %d had already finished as a different "
+                      "call; rank %d is now in %s",
+                      peer_name, their_call, comm->rank, comm->rank, our_call);
+}
+
+/* The operation's tag as its messages carry it; of an alltoall (in a
+ * point-to-point operation), the first one's. */
+static void watch_our_tag(const rcci_op_t *op, rcci_tag_t *tag)
+{
+    if (op->coll != RCCI_COLL_P2P) {
+        rcci_op_tag(op, 0, tag);
+        return;
+    }
+    rcci_sig_t sig = {.seq = op->seq, .kind = RCCI_SIG_ALLTOALL};
+    for (int i = 0; i < op->nmsgs; i++)
+        if (op->msgs[i].alltoall == 1)
+            sig.count = op->msgs[i].bytes;
+    tag->seq = 0;
+    rcci_sig_encode(&sig, tag->sig);
+}
+
+/* Tells the ring neighbours which operation this rank waits in. Failing
+ * to reach one changes nothing here: a lost peer shows up on its own. */
+static void watch_announce(struct rcc_comm *comm, const rcci_tag_t *ours)
+{
+    int n = comm->nranks;
+    int peers[2] = {(comm->rank + 1) % n, (comm->rank + n - 1) % n};
+    for (int i = 0; i < 2 && n > 1; i++) {
+        if (i == 1 && peers[1] == peers[0])
+            break;
+        rcci_conn_t *conn = NULL;
+        if (rcci_p2p_ctrl_conn(comm, peers[i], &conn) == RCC_SUCCESS && conn)
+            comm->p2p.tr->announce(conn, ours);
+    }
+}
+
+rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64_t idle_ns)
+{
+    int64_t now = rcci_now_ns();
+    if (!op || (op->coll == RCCI_COLL_P2P && !op->alltoalls) || idle_ns < WATCH_AFTER_NS ||
+        now < comm->watch_next_ns)
+        return RCC_SUCCESS;
+    comm->watch_next_ns = now + WATCH_EVERY_NS;
+    rcci_tag_t ours;
+    watch_our_tag(op, &ours);
+    if (!comm->heard) {
+        comm->heard = calloc((size_t)comm->nranks, sizeof *comm->heard);
+        comm->heard_valid = calloc((size_t)comm->nranks, 1);
+        if (!comm->heard || !comm->heard_valid)
+            return rcci_error(RCC_ERR_NO_MEMORY, "announcements of %d ranks", comm->nranks);
+    }
+    if (idle_ns >= ANNOUNCE_AFTER_NS && !op->announced) {
+        ((rcci_op_t *)op)->announced = 1;
+        watch_announce(comm, &ours);
+    }
+    rcci_p2p_accept_waiting(comm);
+    const rcci_link_t *links[2] = {&comm->recv_link, &comm->send_link};
+    for (int i = 0; i < 2; i++) {
+        if (!links[i]->conn)
+            continue;
+        rcc_result_t res =
+            watch_conn(comm, links[i]->tr, links[i]->conn, links[i]->peer, op, &ours);
+        if (res != RCC_SUCCESS)
+            return res;
+    }
+    rcci_p2p_links_t *p = &comm->p2p;
+    for (int l = 0; l < RCCI_P2P_LANES && p->tr; l++) {
+        rcci_p2p_lane_t *lane = &p->lane[l];
+        for (int r = 0; r < comm->nranks && lane->in; r++) {
+            if (!lane->in[r])
+                continue;
+            rcc_result_t res = watch_conn(comm, p->tr, lane->in[r], r, op, &ours);
+            if (res != RCC_SUCCESS)
+                return res;
+        }
+    }
+    for (int r = 0; r < comm->nranks; r++) {
+        if (!comm->heard_valid[r] || sig_seq(comm->heard[r]) != op->seq)
+            continue;
+        if (memcmp(comm->heard[r], ours.sig, RCCI_SIG_BYTES)) {
+            char peer_name[128], their_call[160], our_call[160];
+            rcci_bootstrap_peer_name(comm->bootstrap, r, peer_name, sizeof peer_name);
+            rcci_sig_describe(comm->heard[r], their_call, sizeof their_call);
+            rcci_sig_describe(ours.sig, our_call, sizeof our_call);
+            return rcci_error(RCC_ERR_MISMATCH, "%s called %s while rank %d called %s", peer_name,
+                              their_call, comm->rank, our_call);
+        }
+    }
+    return RCC_SUCCESS;
+}
+
+void rcci_watch_stall(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec)
+{
+    int64_t every = rcci_param_int(RCCI_PARAM_STALL_WARN) * 1000000000ll;
+    int64_t now = rcci_now_ns();
+    rcci_op_t *w = (rcci_op_t *)op;
+    if (every <= 0 || now - w->started_ns < every || now < w->stall_next_ns)
+        return;
+    w->stall_next_ns = now + every; /* repeats at most once per period */
+    char waiting[512], call[160];
+    rcci_exec_waiting_for(comm, op, exec, waiting, sizeof waiting);
+    if (op->coll == RCCI_COLL_P2P) {
+        snprintf(call, sizeof call, "point-to-point operation (%d messages)", op->nmsgs);
+    } else {
+        rcci_tag_t tag;
+        rcci_op_tag(op, 0, &tag);
+        rcci_sig_describe(tag.sig, call, sizeof call);
+    }
+    RCC_WARN("stalled: %s has waited %.0f s for %s (it fails after RCC_TIMEOUT=%lld s without "
+             "progress)",
+             call, (double)(now - w->started_ns) / 1e9, waiting,
+             (long long)(comm->timeout_ns / 1000000000));
+}

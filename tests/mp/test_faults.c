@@ -1,0 +1,175 @@
+/*
+ * Faults injected into running jobs: a rank killed (SIGKILL) at a random
+ * moment of a loop of mixed collectives, or stopped (SIGSTOP) so that it
+ * goes silent. Every survivor must fail — with RCC_ERR_PEER_LOST naming the
+ * killed rank within a bound of the kill, or with RCC_ERR_TIMEOUT (or the
+ * peer-lost echo of a neighbour's timeout) within the communicator's
+ * timeout of the stop — report the same through rcc_comm_get_async_error,
+ * and destroy its communicator cleanly. The delays are printed for the
+ * record (the acceptance figures); the bounds here are generous because
+ * the test machines are shared.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../check_main.h"
+#include "mp.h"
+#include "testdata.h"
+
+#define MAX_RANKS 8
+#define KILL_BOUND_S 3.0 /* the target is 1 s; this only catches the broken */
+#define STOP_TIMEOUT_MS 2000
+
+typedef struct {
+    int nranks, victim, stop; /* stop: SIGSTOP instead of SIGKILL */
+    unsigned seed;
+} fault_t;
+
+typedef struct {
+    double fault_at; /* CLOCK_MONOTONIC, system-wide */
+    pid_t victim_pid;
+    double failed_at[MAX_RANKS];
+    rcc_result_t res[MAX_RANKS], async[MAX_RANKS];
+    char text[MAX_RANKS][512];
+} area_t;
+
+/* One of several collectives, sizes from 8 B to 1 MiB, by index. */
+static rcc_result_t one_op(rcc_comm_t comm, int n, unsigned k, float *a, float *b)
+{
+    size_t counts[4] = {2, 1000, 65536, 262144};
+    size_t count = counts[k % 4];
+    switch (k % 5) {
+    case 0: return rcc_allreduce(a, b, count, RCC_FLOAT32, RCC_SUM, comm);
+    case 1: return rcc_allgather(a, b, count / (size_t)n, RCC_FLOAT32, comm);
+    case 2: return rcc_broadcast(a, b, count, RCC_FLOAT32, (int)(k % (unsigned)n), comm);
+    case 3: return rcc_reduce_scatter(a, b, count / (size_t)n, RCC_FLOAT32, RCC_MAX, comm);
+    default: return rcc_reduce(a, b, count, RCC_FLOAT32, RCC_SUM, (int)(k % (unsigned)n), comm);
+    }
+}
+
+/* The victim's fault, after a random delay: mid-operation, wherever. */
+static void *victim_thread(void *arg)
+{
+    const fault_t *f = arg;
+    area_t *area = mp_shared(NULL);
+    unsigned seed = f->seed;
+    struct timespec ts = {0, (long)(50 + rand_r(&seed) % 400) * 1000000};
+    nanosleep(&ts, NULL);
+    area->fault_at = td_now_s();
+    raise(f->stop ? SIGSTOP : SIGKILL);
+    return NULL;
+}
+
+static int rank_fault(int rank, int n, void *arg)
+{
+    const fault_t *f = arg;
+    area_t *area = mp_shared(NULL);
+    rcc_comm_t comm = mp_comm(f->stop ? STOP_TIMEOUT_MS : 30000);
+    float *a = calloc(262144 * (size_t)MAX_RANKS, sizeof *a);
+    float *b = calloc(262144 * (size_t)MAX_RANKS, sizeof *b);
+    int one = 1, sum = 0;
+    if (rcc_allreduce(&one, &sum, 1, RCC_INT32, RCC_SUM, comm) != RCC_SUCCESS || sum != n)
+        MP_FAIL("rank %d: the first allreduce failed: %s", rank, rcc_last_error(comm));
+    if (rank == f->victim) {
+        area->victim_pid = getpid();
+        pthread_t t;
+        pthread_create(&t, NULL, victim_thread, (void *)f);
+    }
+    rcc_result_t res = RCC_SUCCESS;
+    double start = td_now_s();
+    for (unsigned k = 0; res == RCC_SUCCESS; k++) {
+        res = one_op(comm, n, k + f->seed, a, b);
+        if (td_now_s() - start > 60)
+            MP_FAIL("rank %d: no failure 60 s after the fault", rank);
+    }
+    area->failed_at[rank] = td_now_s();
+    area->res[rank] = res;
+    snprintf(area->text[rank], sizeof area->text[rank], "%s", rcc_last_error(comm));
+    rcc_comm_get_async_error(comm, &area->async[rank]);
+    /* A later call fails at once with the same story. */
+    double t0 = td_now_s();
+    rcc_result_t again = rcc_allreduce(&one, &sum, 1, RCC_INT32, RCC_SUM, comm);
+    double again_s = td_now_s() - t0;
+    rcc_result_t destroyed = rcc_comm_destroy(comm);
+    free(a);
+    free(b);
+    double delay = area->failed_at[rank] - area->fault_at;
+    fprintf(stderr, "(fault) rank %d: %s %.3f s after the %s of rank %d: %s\n", rank,
+            rcc_result_name(res), delay, f->stop ? "stop" : "kill", f->victim, area->text[rank]);
+    if (f->stop && area->victim_pid && rank == (f->victim + 1) % n)
+        kill(area->victim_pid, SIGKILL); /* the harness would, at its deadline */
+    if (again == RCC_SUCCESS || again_s > 1.0)
+        MP_FAIL("rank %d: the call after the failure: %s in %.2f s", rank, rcc_result_name(again),
+                again_s);
+    if (area->async[rank] == RCC_SUCCESS)
+        MP_FAIL("rank %d: rcc_comm_get_async_error reports no error after %s", rank,
+                rcc_result_name(res));
+    (void)destroyed; /* a broken communicator's destroy reports the failure; it must return */
+    if (!f->stop) {
+        char victim[32];
+        snprintf(victim, sizeof victim, "rank %d", f->victim);
+        if (res != RCC_ERR_PEER_LOST)
+            MP_FAIL("rank %d: %s after a kill, expected RCC_ERR_PEER_LOST: %s", rank,
+                    rcc_result_name(res), area->text[rank]);
+        if (delay > KILL_BOUND_S)
+            MP_FAIL("rank %d: failed %.2f s after the kill", rank, delay);
+        if (!strstr(area->text[rank], victim))
+            MP_FAIL("rank %d: the error does not name %s: %s", rank, victim, area->text[rank]);
+    } else {
+        if (res != RCC_ERR_TIMEOUT && res != RCC_ERR_PEER_LOST)
+            MP_FAIL("rank %d: %s after a stop: %s", rank, rcc_result_name(res), area->text[rank]);
+        if (delay > STOP_TIMEOUT_MS / 1000.0 + KILL_BOUND_S)
+            MP_FAIL("rank %d: failed %.2f s after the stop (timeout %d ms)", rank, delay,
+                    STOP_TIMEOUT_MS);
+    }
+    return 0;
+}
+
+static void run_fault(int nranks, int victim, int stop, unsigned seed)
+{
+    fault_t f = {nranks, victim, stop, seed};
+    int statuses[MAX_RANKS];
+    ck_assert_int_eq(mp_run_status(nranks, rank_fault, &f, 90, statuses), 0);
+    for (int r = 0; r < nranks; r++) {
+        if (r == victim)
+            ck_assert_msg(statuses[r] == 128 + SIGKILL, "victim rank %d ended with %d", r,
+                          statuses[r]);
+        else
+            ck_assert_msg(statuses[r] == 0, "survivor rank %d ended with %d", r, statuses[r]);
+    }
+}
+
+/* Kills: 3, 4 and 5 ranks, every victim, random moments. */
+START_TEST(kill_random_rank)
+{
+    static const int sizes[] = {3, 4, 5};
+    int n = sizes[_i % 3];
+    run_fault(n, (_i * 7 + 1) % n, 0, 1000u + (unsigned)_i);
+}
+END_TEST
+
+START_TEST(stop_random_rank)
+{
+    int n = 3 + _i % 2;
+    run_fault(n, (_i * 5 + 2) % n, 1, 2000u + (unsigned)_i);
+}
+END_TEST
+
+static Suite *faults_suite(void)
+{
+    Suite *s = suite_create("mp_faults");
+    TCase *tc = tcase_create("faults");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, kill_random_rank, 0, 12);
+    tcase_add_loop_test(tc, stop_random_rank, 0, 4);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RCC_TEST_MAIN(faults_suite)
