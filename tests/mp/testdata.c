@@ -147,16 +147,25 @@ const char *td_elem_text(char *s, size_t len, const void *p, rcc_datatype_t dt)
     return s;
 }
 
+size_t td_count_differing(const char *got, const char *want, size_t count, rcc_datatype_t dt)
+{
+    size_t es = rcc_datatype_size(dt), wrong = 0;
+    if (memcmp(got, want, count * es) == 0)
+        return 0;
+    for (size_t k = 0; k < count; k++)
+        wrong += memcmp(got + k * es, want + k * es, es) != 0;
+    return wrong;
+}
+
 int td_compare(const char *what, const char *got, const char *want, size_t count, rcc_datatype_t dt)
 {
     size_t es = rcc_datatype_size(dt);
-    if (memcmp(got, want, count * es) == 0)
+    size_t wrong = td_count_differing(got, want, count, dt);
+    if (wrong == 0)
         return 0;
-    size_t i = 0, wrong = 0;
+    size_t i = 0;
     while (i < count && memcmp(got + i * es, want + i * es, es) == 0)
         i++;
-    for (size_t k = i; k < count; k++)
-        wrong += memcmp(got + k * es, want + k * es, es) != 0;
     char g[64], w[64];
     fprintf(stderr, "%s: element %zu of %zu: got %s, expected %s (%zu elements wrong)\n", what, i,
             count, td_elem_text(g, sizeof g, got + i * es, dt),

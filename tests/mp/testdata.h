@@ -39,6 +39,10 @@ void td_reference(void *out, size_t start, size_t count, const int *who, int n, 
 /* The element at p as text in s (len bytes), for failure messages; returns s. */
 const char *td_elem_text(char *s, size_t len, const void *p, rcc_datatype_t dt);
 
+/* The number of elements among the first `count` in which got and want
+ * differ (bit for bit). */
+size_t td_count_differing(const char *got, const char *want, size_t count, rcc_datatype_t dt);
+
 /* Compares `count` elements of got with want; when they differ, prints the
  * first difference under the description `what` and returns 1. 0 when equal. */
 int td_compare(const char *what, const char *got, const char *want, size_t count,
