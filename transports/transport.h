@@ -11,8 +11,8 @@
  * Threading: one transport context (`tctx`) belongs to one communicator.
  * Every call on a context, its listeners, connections and requests is made
  * from one thread at a time (the communicator's bootstrap thread during
- * init, its progress thread afterwards). Transports keep no global mutable
- * state except inside init/fini.
+ * init, its progress thread afterwards), except sweep_listener. Transports
+ * keep no global mutable state except inside init/fini.
  *
  * Blocking: only connect/accept block, and never past their deadline. isend,
  * irecv and test never block; they do as much I/O as the OS accepts now.
@@ -26,7 +26,7 @@
 
 #include "ringcc.h"
 
-#define RCCI_TRANSPORT_ABI 2
+#define RCCI_TRANSPORT_ABI 3
 
 /* Connection handles (listen addresses, memory keys) travel through the
  * bootstrap as opaque blobs of at most this size. */
@@ -143,6 +143,15 @@ typedef struct rcci_transport {
      * any data: RCC_ERR_PEER_LOST once the connection is known to be closed
      * (used while waiting for something the peer should start). */
     rcc_result_t (*probe)(rcci_conn_t *conn);
+
+    /* -- version 3 -- */
+    /* Without blocking, closes what strangers (anything that does not prove
+     * the job secret) opened on the listener, as accept would: a listener
+     * stays open between operations with nobody accepting on it. Valid
+     * connections are kept for accept. May run at the same time as accept
+     * on the same listener (the progress thread sweeps while a caller runs
+     * an operation inline); it may then skip its turn. */
+    void (*sweep_listener)(rcci_listener_t *listener);
 } rcci_transport_t;
 
 /* Transports built into this library, in priority order, NULL-terminated. */

@@ -121,6 +121,8 @@ static rcc_result_t tcp_listen(void *tctx, void *handle, rcci_listener_t **out)
     return RCC_SUCCESS;
 }
 
+static void tcp_sweep_listener(rcci_listener_t *l) { rcci_acceptor_sweep(l->acceptor); }
+
 static void tcp_close_listener(rcci_listener_t *l)
 {
     if (!l)
@@ -440,4 +442,5 @@ const rcci_transport_t rcci_transport_tcp = {
     .wait_fd = tcp_wait_fd,
     .close = tcp_close,
     .probe = tcp_probe,
+    .sweep_listener = tcp_sweep_listener,
 };
