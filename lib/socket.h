@@ -89,6 +89,7 @@ rcc_result_t rcci_hello_send(int fd, const rcci_hello_t *hello,
  * oldest); valid connections for other (kind, rank, tag) are kept for
  * later calls. */
 typedef struct rcci_acceptor rcci_acceptor_t;
+/* On success owns `listen_fd` (made nonblocking); on failure the caller does. */
 rcc_result_t rcci_acceptor_create(int listen_fd, const uint8_t secret[RCCI_SOCK_SECRET_BYTES],
                                   uint64_t comm_id, rcci_acceptor_t **acceptor);
 /* rank -1 matches any rank. On success *fd is blocking and *hello filled. */
