@@ -21,11 +21,9 @@
  *
  * Point-to-point patterns: every rank to rank+k (a shift), pairs of a random matching
  * exchanging messages, or one message. Blocking pairs send from the lower rank first; a shift
- * outside a group is always issued nonblocking. Inside a group every rank takes part in every
- * point-to-point call, with at least one element: one left out sends itself a message instead.
- * (A group launches all of a rank's point-to-point calls where its first one stood, and a call
- * of 0 elements is no call at all; ranks whose first ones stand on different sides of a
- * collective would wait for each other. Calls of 0 elements run outside groups.)
+ * outside a group is always issued nonblocking. Inside a group, messages may go to the rank
+ * itself, ranks may be left out of a pattern, and messages may be empty: a group launches a
+ * rank's point-to-point calls after its collectives, wherever they stood.
  *
  * Prints what ran, the bytes moved, the wrong elements (over all ranks) and the time. Exit
  * status 0 when every result was right, 1 on a wrong result or a failed call (after which the
@@ -169,11 +167,10 @@ static size_t soak_draw_count(uint64_t *rng, size_t es, size_t blocks, size_t ma
 }
 
 /* The elements of the message src -> dst of a sendrecv drawn with `count`: messages of one
- * operation differ in size. In a group, at least one (see the top of the file). */
-static size_t soak_msg_count(size_t count, int src, int dst, int in_group)
+ * operation differ in size. */
+static size_t soak_msg_count(size_t count, int src, int dst)
 {
-    size_t c = src == dst ? count : count >> ((unsigned)(src + 2 * dst) % 3);
-    return in_group && c == 0 ? 1 : c;
+    return src == dst ? count : count >> ((unsigned)(src + 2 * dst) % 3);
 }
 
 /* The generator seed of the data src sends to dst in operation `seed` (alltoall blocks,
@@ -220,13 +217,11 @@ static void soak_draw_p2p(soak_op_t *o, uint64_t *rng, int in_group)
             o->to = dst;
         if (me == dst)
             o->from = src;
-        if (in_group && o->to < 0 && o->from < 0)
-            o->to = o->from = me; /* see the top of the file */
         break;
     }
     }
-    o->scount = o->to >= 0 ? soak_msg_count(o->count, me, o->to, in_group) : 0;
-    o->rcount = o->from >= 0 ? soak_msg_count(o->count, o->from, me, in_group) : 0;
+    o->scount = o->to >= 0 ? soak_msg_count(o->count, me, o->to) : 0;
+    o->rcount = o->from >= 0 ? soak_msg_count(o->count, o->from, me) : 0;
 }
 
 /* Draws operation `number` of a step in `mode`; with fuse, an allreduce of fuse_dt, fuse_op. */

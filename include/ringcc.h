@@ -109,7 +109,9 @@ typedef struct rcc_comm *rcc_comm_t;
 
 /* Opaque rendezvous token, 128 bytes like ncclUniqueId. It carries the root's
  * address and a random job secret: any connection that cannot present the
- * secret is dropped. Copy it to every rank by any means (MPI_Bcast, a file). */
+ * secret is dropped without disturbing the job (README.md, "Strangers on the
+ * ports"), and whoever holds the id can join, so keep it as private as a
+ * password. Copy it to every rank by any means (MPI_Bcast, a file). */
 #define RCC_UNIQUE_ID_BYTES 128
 typedef struct {
     char internal[RCC_UNIQUE_ID_BYTES];

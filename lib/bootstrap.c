@@ -133,6 +133,7 @@ static void *root_main(void *arg)
         if (rcci_acceptor_accept(acc, RCCI_HELLO_ROOT, -1, 0, deadline, &fd, &h) != RCC_SUCCESS)
             break; /* the deadline passed: report below */
         char bad[ROOT_REPLY_TEXT] = "";
+        rcci_addr_t addr = {0};
         if (h.nranks < 1 || h.nranks > MAX_RANKS || h.rank < 0 || h.rank >= h.nranks)
             snprintf(bad, sizeof bad, "rank %d of %d is not a valid rank", h.rank, h.nranks);
         else if (nranks > 0 && h.nranks != nranks)
@@ -140,6 +141,9 @@ static void *root_main(void *arg)
                      h.rank, h.nranks, nranks);
         else if (nranks > 0 && fds[h.rank] >= 0)
             snprintf(bad, sizeof bad, "two processes joined as rank %d", h.rank);
+        else if (rcci_addr_from_wire(&h.addr, &addr) != RCC_SUCCESS)
+            snprintf(bad, sizeof bad, "rank %d sent a listen address of family %u", h.rank,
+                     h.addr.family);
         if (bad[0]) {
             root_reply(fd, RCC_ERR_INVALID_USAGE, 0, bad, NULL);
             close(fd);
@@ -164,8 +168,6 @@ static void *root_main(void *arg)
                 fds[i] = -1;
         }
         fds[h.rank] = fd;
-        rcci_addr_t addr;
-        rcci_addr_from_wire(&h.addr, &addr);
         bs_put_addr(table + (size_t)h.rank * WIRE_ADDR_BYTES, &addr);
         joined++;
     }
@@ -235,6 +237,8 @@ static rcc_result_t bs_meet_root(rcci_bootstrap_t *bs, const rcci_id_t *id, int6
     RCC_CHECK(rcci_sock_recv_all(fd, head, sizeof head, deadline + ROOT_GRACE_NS));
     head[sizeof head - 1] = '\0';
     rcc_result_t status = (rcc_result_t)bs_get32(head);
+    if (!strcmp(rcc_result_name(status), "RCC_UNKNOWN_RESULT"))
+        status = RCC_ERR_REMOTE; /* not a root of this version: its text says what it is */
     root_said = status != RCC_SUCCESS;
     if (root_said)
         RCC_FAIL(status, "the rendezvous at %s failed: %s", root, (char *)head + 8);
@@ -274,6 +278,11 @@ static rcc_result_t bs_connect_ring(rcci_bootstrap_t *bs, int64_t deadline)
         RCC_CHECK(rcci_acceptor_accept(bs->acceptor, RCCI_HELLO_BOOTSTRAP, prev, 0, deadline,
                                        &bs->prev_fd, &got));
     }
+    /* Nobody connects here again (a split listens anew): stop listening, so
+     * that strangers' connections are refused rather than left unanswered
+     * in a backlog nobody reads. */
+    rcci_acceptor_destroy(bs->acceptor);
+    bs->acceptor = NULL;
 out:
     return res;
 }

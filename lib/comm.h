@@ -97,6 +97,7 @@ typedef struct {
     rcci_listener_t *listener;
     char *handles; /* every rank's listener handle, RCCI_HANDLE_BYTES each */
     rcci_p2p_lane_t lane[RCCI_P2P_LANES];
+    int64_t swept_ns; /* when the progress thread last swept the listener */
 } rcci_p2p_links_t;
 
 /* One ring edge: the connection and the transport that runs it. */
@@ -235,6 +236,10 @@ rcc_result_t rcci_p2p_probe(struct rcc_comm *comm);
 rcc_result_t rcci_p2p_find_notice(struct rcc_comm *comm);
 /* Sends a failure notice (transport notify) on every point-to-point connection. */
 void rcci_p2p_notify(struct rcc_comm *comm, rcc_result_t res, const char *text);
+/* Turns away strangers' connections to the listener (at most every few
+ * hundred ms): the progress thread calls it whatever it is doing, so a rank
+ * that makes no new connection for a long time still closes them. */
+void rcci_p2p_sweep_listener(struct rcc_comm *comm);
 /* Algorithms made of rounds of messages on the collectives' lane (one
  * two-way connection per pair of ranks), run by the point-to-point executor
  * (rcci_p2p_advance/finish). `next` is called once at the start and again

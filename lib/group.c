@@ -169,9 +169,12 @@ void rcci_group_complete_fused(rcci_op_t *fused, rcc_result_t res)
 }
 
 /* All point-to-point operations of one communicator's share of a group
- * become one, launched where the first of them stood: their messages then
- * progress together, so their order cannot deadlock. Returns the number of
- * operations left in ops[] (the merged one replaces the first). */
+ * become one, launched after the group's collectives: their messages then
+ * progress together, so their order cannot deadlock, and ranks whose
+ * point-to-point calls stood at different places among the same
+ * collectives still queue them alike (a point-to-point operation runs
+ * beside a collective queued before it, never the other way round).
+ * Returns the number of operations left in ops[]. */
 static int group_merge_p2p(rcci_op_t **ops, int n, rcc_result_t *res)
 {
     int first = -1, count = 0, nmsgs = 0;
@@ -182,7 +185,13 @@ static int group_merge_p2p(rcci_op_t **ops, int n, rcc_result_t *res)
         count++;
         nmsgs += ops[i]->nmsgs;
     }
-    if (count < 2)
+    if (count == 1) { /* nothing to merge: it just moves to the end */
+        rcci_op_t *p2p = ops[first];
+        memmove(ops + first, ops + first + 1, sizeof *ops * (size_t)(n - first - 1));
+        ops[n - 1] = p2p;
+        return n;
+    }
+    if (count == 0)
         return n;
     rcci_op_t *merged = rcci_op_new(0);
     rcci_p2p_msg_t *msgs = malloc(sizeof *msgs * (size_t)nmsgs);
@@ -210,9 +219,8 @@ static int group_merge_p2p(rcci_op_t **ops, int n, rcc_result_t *res)
         atomic_fetch_add(&ops[i]->refs, 1); /* the merged operation's */
         atomic_store(&ops[i]->launched, 1);
         k++;
-        if (i == first)
-            ops[left++] = merged;
     }
+    ops[left++] = merged;
     merged->coll = RCCI_COLL_P2P;
     merged->msgs = msgs;
     merged->nmsgs = nmsgs;
@@ -222,7 +230,8 @@ static int group_merge_p2p(rcci_op_t **ops, int n, rcc_result_t *res)
     return left;
 }
 
-/* Launches one communicator's share of the group, in call order. */
+/* Launches one communicator's share of the group: its collectives in call
+ * order, then its point-to-point calls as one operation. */
 static rcc_result_t group_launch_comm(struct rcc_comm *comm, rcci_op_t **ops, int n)
 {
     size_t fusion_bytes = (size_t)rcci_param_int(RCCI_PARAM_FUSION_BYTES);
@@ -238,12 +247,15 @@ static rcc_result_t group_launch_comm(struct rcc_comm *comm, rcci_op_t **ops, in
         if (j - i >= 2) {
             res = group_launch_fused(comm, ops + i, j - i, total);
         } else {
+            /* Read before the queue has it: the progress thread may finish a
+             * merged operation (and clear nmembers) at once. */
+            int merged = ops[i]->nmembers > 0;
             res = rcci_progress_enqueue(comm, ops[i]);
-            if (res != RCC_SUCCESS && ops[i]->nmembers)
+            if (res != RCC_SUCCESS && merged)
                 rcci_group_complete_fused(ops[i], res);
             if (res != RCC_SUCCESS)
                 group_fail(ops + i, 1, res);
-            if (ops[i]->nmembers)
+            if (merged)
                 rcci_op_release(ops[i]); /* a merged operation: the queue holds it now */
         }
         if (res != RCC_SUCCESS && first == RCC_SUCCESS)

@@ -27,6 +27,11 @@
       "network interface to use (prefix match); default: the one that routes to the root")         \
     X(SOCKET_BUF_BYTES, INT, "4M", 0, 1073741824,                                                  \
       "SO_SNDBUF/SO_RCVBUF for data sockets; 0 leaves the kernel's autotuning")                    \
+    X(CHECKSUM, INT, "0", 0, 1,                                                                    \
+      "1: every TCP message carries a CRC32C of its payload, checked by the receiver (set alike "  \
+      "on every rank)")                                                                            \
+    X(CHECKSUM_FAULT, INT, "0", 0, 1ll << 40,                                                      \
+      "testing: N sends every Nth checksum wrong, as damage on the way would (0: never)")          \
     X(SOCKET_CONGESTION, STR, "cubic", 0, 0,                                                       \
       "TCP congestion control of data sockets (TCP_CONGESTION); empty: the system's default")      \
     X(TRANSPORT, STR, "", 0, 0, "force a transport by name (tcp); default: best per peer")         \

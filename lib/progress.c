@@ -336,6 +336,7 @@ static void *progress_main(void *arg)
     const int64_t spin_ns = progress_spin_ns();
     int64_t idle_since = rcci_now_ns(), quiet_since = idle_since;
     for (;;) {
+        rcci_p2p_sweep_listener(comm);
         /* A caller driving inline handles the abort itself; the links are
          * closed here only once it is done with them. */
         if (!abort_seen && atomic_load(&comm->aborted) && !progress_caller_drives(comm)) {

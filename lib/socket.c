@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,9 @@
 #define HELLO_MAGIC 0x48434352u /* "RCCH" little-endian */
 #define HELLO_VERSION 1
 #define ACCEPT_SILENCE_NS (10ll * 1000000000) /* strangers get this long to say hello */
-#define ACCEPT_MAX_PENDING 256
+#define ACCEPT_MAX_STRANGERS 64 /* unproven connections held at once, per listening socket */
+#define ACCEPT_BATCH 64         /* connections taken off the backlog per look */
+#define ACCEPT_PAUSE_NS (100ll * 1000000) /* out of descriptors: stop accepting this long */
 
 /* ---- addresses ---------------------------------------------------------- */
 
@@ -438,13 +441,25 @@ static int secret_equal(const uint8_t *a, const uint8_t *b)
     return diff == 0;
 }
 
+/* Whether the first `got` bytes of a hello can still be one: the magic and
+ * version are judged as soon as they are in, so a stranger speaking another
+ * protocol is refused without waiting for 96 bytes it may never send. */
+static int hello_prefix_ok(const uint8_t *in, size_t got, const char **why)
+{
+    uint8_t magic[4];
+    put_u32(magic, HELLO_MAGIC);
+    if (memcmp(in, magic, got < 4 ? got : 4) != 0)
+        return *why = "not a ringcc connection (bad magic)", 0;
+    if (got >= 6 && get_u16(in + 4) != HELLO_VERSION)
+        return *why = "unsupported protocol version", 0;
+    return 1;
+}
+
 static int hello_decode(const uint8_t in[RCCI_HELLO_BYTES], const uint8_t *secret, uint64_t comm_id,
                         rcci_hello_t *h, const char **why)
 {
-    if (get_u32(in) != HELLO_MAGIC)
-        return *why = "not a ringcc connection (bad magic)", 0;
-    if (get_u16(in + 4) != HELLO_VERSION)
-        return *why = "unsupported protocol version", 0;
+    if (!hello_prefix_ok(in, RCCI_HELLO_BYTES, why))
+        return 0;
     if (!secret_equal(in + 8, secret))
         return *why = "wrong job secret", 0;
     h->kind = get_u16(in + 6);
@@ -470,6 +485,8 @@ rcc_result_t rcci_hello_send(int fd, const rcci_hello_t *hello,
 
 /* ---- acceptor ----------------------------------------------------------- */
 
+/* A connection taken off the backlog. A stranger until its hello proves the
+ * job secret; then valid, kept until an accept claims it. */
 typedef struct {
     int fd;
     int valid; /* hello complete and proven */
@@ -481,19 +498,28 @@ typedef struct {
 } acc_pending_t;
 
 struct rcci_acceptor {
+    /* accept and sweep may run on different threads (transport.h) */
+    pthread_mutex_t lock;
     int listen_fd;
     uint8_t secret[RCCI_SOCK_SECRET_BYTES];
     uint64_t comm_id;
-    int npending;
-    acc_pending_t pending[ACCEPT_MAX_PENDING];
+    int64_t paused_until_ns; /* out of descriptors: accept nothing until then */
+    int warned;              /* the first stranger caught lying is a warning */
+    int npending, cap, nstrangers;
+    acc_pending_t *pending; /* grows for valid connections; strangers are capped */
 };
 
 rcc_result_t rcci_acceptor_create(int listen_fd, const uint8_t secret[RCCI_SOCK_SECRET_BYTES],
                                   uint64_t comm_id, rcci_acceptor_t **out)
 {
+    /* acc_take accepts until the backlog is empty: it must not block then. */
+    rcc_result_t res = rcci_sock_set_nonblocking(listen_fd, 1);
+    if (res != RCC_SUCCESS)
+        return res;
     rcci_acceptor_t *a = calloc(1, sizeof *a);
     if (!a)
         return rcci_error(RCC_ERR_NO_MEMORY, "acceptor");
+    pthread_mutex_init(&a->lock, NULL);
     a->listen_fd = listen_fd;
     memcpy(a->secret, secret, RCCI_SOCK_SECRET_BYTES);
     a->comm_id = comm_id;
@@ -501,13 +527,153 @@ rcc_result_t rcci_acceptor_create(int listen_fd, const uint8_t secret[RCCI_SOCK_
     return RCC_SUCCESS;
 }
 
-static void acc_drop(rcci_acceptor_t *a, int i, const char *why)
+/* Closes pending[i]; `proven_bad`: it said something false (a warning the
+ * first time: two jobs sharing a port, or a wrong RCC_SECRET, look so),
+ * rather than just going away or staying silent. */
+static void acc_drop(rcci_acceptor_t *a, int i, const char *why, int proven_bad)
 {
     char text[80];
     rcci_addr_format(&a->pending[i].from, text, sizeof text);
-    RCC_INFO("dropped a connection from %s: %s", text, why);
+    if (proven_bad && !a->warned) {
+        a->warned = 1;
+        RCC_WARN("refused a connection from %s: %s (not a member of this job; further refusals "
+                 "are logged at INFO)",
+                 text, why);
+    } else {
+        RCC_INFO("dropped a connection from %s: %s", text, why);
+    }
     close(a->pending[i].fd);
+    if (!a->pending[i].valid)
+        a->nstrangers--;
     a->pending[i] = a->pending[--a->npending];
+}
+
+/* Drops the stranger that has waited longest; 0 when there is none. */
+static int acc_drop_oldest(rcci_acceptor_t *a, const char *why)
+{
+    int oldest = -1;
+    for (int i = 0; i < a->npending; i++)
+        if (!a->pending[i].valid &&
+            (oldest < 0 || a->pending[i].since_ns < a->pending[oldest].since_ns))
+            oldest = i;
+    if (oldest >= 0)
+        acc_drop(a, oldest, why, 0);
+    return oldest >= 0;
+}
+
+/* Reads what stranger i has sent; a false magic or version is refused at
+ * once, the rest when the hello is whole. Returns 1 when i was dropped
+ * (pending[i] is then another connection). */
+static int acc_read(rcci_acceptor_t *a, int i)
+{
+    acc_pending_t *pc = &a->pending[i];
+    ssize_t r = recv(pc->fd, pc->buf + pc->got, RCCI_HELLO_BYTES - pc->got, MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+        acc_drop(a, i, r == 0 ? "closed before its hello" : "reset before its hello", 0);
+        return 1;
+    }
+    if (r > 0)
+        pc->got += (size_t)r;
+    const char *why = NULL;
+    if (pc->got < RCCI_HELLO_BYTES
+            ? hello_prefix_ok(pc->buf, pc->got, &why)
+            : hello_decode(pc->buf, a->secret, a->comm_id, &pc->hello, &why)) {
+        if (pc->got == RCCI_HELLO_BYTES) {
+            pc->valid = 1;
+            a->nstrangers--;
+        }
+        return 0;
+    }
+    acc_drop(a, i, why, 1);
+    return 1;
+}
+
+/* Takes up to ACCEPT_BATCH connections off the backlog and reads the hello
+ * each has already sent, so a member's connection is proven at once and no
+ * later flood can push it out. A flood pushes out the oldest strangers. */
+static void acc_take(rcci_acceptor_t *a)
+{
+    for (int k = 0; k < ACCEPT_BATCH; k++) {
+        rcci_addr_t from = {.len = sizeof from.u};
+        int fd = accept4(a->listen_fd, &from.u.sa, &from.len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
+                continue; /* that one is gone; others may wait */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* The listening socket stays readable: rather than spin on
+                 * it, give back a stranger's descriptor, or pause. */
+                if (acc_drop_oldest(a, "this process is out of file descriptors"))
+                    continue;
+                static int warned;
+                int err = errno;
+                a->paused_until_ns = rcci_now_ns() + ACCEPT_PAUSE_NS;
+                if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                    RCC_WARN("accept: %s: connections wait in the backlog until descriptors "
+                             "are free (warned once)",
+                             strerror(err));
+            }
+            return; /* EAGAIN: the backlog is empty */
+        }
+        if (a->npending == a->cap) {
+            int cap = a->cap ? 2 * a->cap : ACCEPT_MAX_STRANGERS;
+            acc_pending_t *grown = realloc(a->pending, sizeof *grown * (size_t)cap);
+            if (!grown) {
+                close(fd);
+                return;
+            }
+            a->pending = grown, a->cap = cap;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        a->pending[a->npending++] =
+            (acc_pending_t){.fd = fd, .since_ns = rcci_now_ns(), .from = from};
+        a->nstrangers++;
+        /* Only one that stays makes room: a scan that is gone at once must
+         * not push out a member whose hello is on its way. */
+        if (!acc_read(a, a->npending - 1) && a->nstrangers > ACCEPT_MAX_STRANGERS)
+            acc_drop_oldest(a, "too many unauthenticated connections");
+    }
+}
+
+/* One look at the listening socket and the strangers, waiting up to
+ * `timeout_ms` for something to happen: new connections are taken, hellos
+ * read, strangers past ACCEPT_SILENCE_NS closed. Under a->lock. */
+static rcc_result_t acc_pass(rcci_acceptor_t *a, int timeout_ms)
+{
+    struct pollfd p[ACCEPT_MAX_STRANGERS + 1];
+    int map[ACCEPT_MAX_STRANGERS + 1];
+    int n = 0;
+    int64_t now = rcci_now_ns();
+    int listening = now >= a->paused_until_ns;
+    if (!listening)
+        timeout_ms = rcci_ms_until(a->paused_until_ns, timeout_ms);
+    p[n] = (struct pollfd){.fd = listening ? a->listen_fd : -1, .events = POLLIN};
+    map[n++] = -1;
+    for (int i = 0; i < a->npending; i++) {
+        if (a->pending[i].valid)
+            continue;
+        if (now - a->pending[i].since_ns > ACCEPT_SILENCE_NS) {
+            acc_drop(a, i--, "no complete hello within 10 s", 0);
+            continue;
+        }
+        if (n <= ACCEPT_MAX_STRANGERS) { /* always: strangers are capped */
+            p[n] = (struct pollfd){.fd = a->pending[i].fd, .events = POLLIN};
+            map[n++] = i;
+        }
+    }
+    int rc = poll(p, (nfds_t)n, timeout_ms);
+    if (rc < 0 && errno != EINTR)
+        return rcci_error_errno(RCC_ERR_SYSTEM, errno, "poll in accept");
+    if (rc <= 0)
+        return RCC_SUCCESS;
+    /* Hellos first, from the highest index down: a drop moves the last
+     * entry into the hole, one already handled. Then new connections. */
+    for (int k = n - 1; k >= 1; k--)
+        if (p[k].revents)
+            acc_read(a, map[k]);
+    if (p[0].revents)
+        acc_take(a);
+    return RCC_SUCCESS;
 }
 
 static int acc_match(const acc_pending_t *p, uint16_t kind, int rank, uint32_t tag)
@@ -519,89 +685,42 @@ static int acc_match(const acc_pending_t *p, uint16_t kind, int rank, uint32_t t
 rcc_result_t rcci_acceptor_accept(rcci_acceptor_t *a, uint16_t kind, int rank, uint32_t tag,
                                   int64_t deadline_ns, int *fd_out, rcci_hello_t *hello_out)
 {
+    rcc_result_t res = RCC_SUCCESS;
+    pthread_mutex_lock(&a->lock);
     /* At least one look at the socket even past the deadline, so a deadline
      * of 0 polls without blocking. */
     for (int looked = 0;; looked = 1) {
-        for (int i = 0; i < a->npending; i++) {
-            if (!acc_match(&a->pending[i], kind, rank, tag))
-                continue;
-            rcc_result_t res = rcci_sock_set_nonblocking(a->pending[i].fd, 0);
-            if (res != RCC_SUCCESS)
-                return res;
-            *fd_out = a->pending[i].fd;
-            *hello_out = a->pending[i].hello;
-            a->pending[i] = a->pending[--a->npending];
-            return RCC_SUCCESS;
-        }
-        int64_t now = rcci_now_ns();
-        if (looked && now >= deadline_ns)
-            return rcci_error(RCC_ERR_TIMEOUT,
-                              "no connection from rank %d (tag %u) arrived in time", rank, tag);
-        struct pollfd p[ACCEPT_MAX_PENDING + 1];
-        int map[ACCEPT_MAX_PENDING + 1];
-        int n = 0;
-        p[n] = (struct pollfd){.fd = a->listen_fd, .events = POLLIN};
-        map[n++] = -1;
-        for (int i = 0; i < a->npending; i++) {
-            if (a->pending[i].valid)
-                continue;
-            if (now - a->pending[i].since_ns > ACCEPT_SILENCE_NS) {
-                acc_drop(a, i--, "silent for 10 s");
-                continue;
+        int i = 0;
+        while (i < a->npending && !acc_match(&a->pending[i], kind, rank, tag))
+            i++;
+        if (i < a->npending) {
+            res = rcci_sock_set_nonblocking(a->pending[i].fd, 0);
+            if (res == RCC_SUCCESS) {
+                *fd_out = a->pending[i].fd;
+                *hello_out = a->pending[i].hello;
+                a->pending[i] = a->pending[--a->npending];
             }
-            p[n] = (struct pollfd){.fd = a->pending[i].fd, .events = POLLIN};
-            map[n++] = i;
+            break;
         }
-        int rc = poll(p, (nfds_t)n, rcci_ms_until(deadline_ns, 1000));
-        if (rc < 0 && errno != EINTR)
-            return rcci_error_errno(RCC_ERR_SYSTEM, errno, "poll in accept");
-        if (rc <= 0)
-            continue;
-        /* Read hellos first (indices stay valid), then accept. */
-        for (int k = n - 1; k >= 1; k--) {
-            if (!p[k].revents)
-                continue;
-            int i = map[k];
-            acc_pending_t *pc = &a->pending[i];
-            ssize_t r = recv(pc->fd, pc->buf + pc->got, RCCI_HELLO_BYTES - pc->got, MSG_DONTWAIT);
-            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-                acc_drop(a, i, "closed before its hello");
-                continue;
-            }
-            if (r > 0)
-                pc->got += (size_t)r;
-            if (pc->got == RCCI_HELLO_BYTES) {
-                const char *why = NULL;
-                if (hello_decode(pc->buf, a->secret, a->comm_id, &pc->hello, &why))
-                    pc->valid = 1;
-                else
-                    acc_drop(a, i, why);
-            }
+        if (looked && rcci_now_ns() >= deadline_ns) {
+            res = rcci_error(RCC_ERR_TIMEOUT, "no connection from rank %d (tag %u) arrived in time",
+                             rank, tag);
+            break;
         }
-        if (p[0].revents) {
-            rcci_addr_t from = {.len = sizeof from.u};
-            int fd = accept4(a->listen_fd, &from.u.sa, &from.len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-            if (fd < 0)
-                continue;
-            if (a->npending == ACCEPT_MAX_PENDING) {
-                /* Flooded: make room by dropping the oldest stranger. */
-                int oldest = -1;
-                for (int i = 0; i < a->npending; i++)
-                    if (!a->pending[i].valid &&
-                        (oldest < 0 || a->pending[i].since_ns < a->pending[oldest].since_ns))
-                        oldest = i;
-                if (oldest < 0) {
-                    close(fd);
-                    continue;
-                }
-                acc_drop(a, oldest, "too many unauthenticated connections");
-            }
-            int one = 1;
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            a->pending[a->npending++] =
-                (acc_pending_t){.fd = fd, .since_ns = rcci_now_ns(), .from = from};
-        }
+        res = acc_pass(a, rcci_ms_until(deadline_ns, 1000));
+        if (res != RCC_SUCCESS)
+            break;
     }
+    pthread_mutex_unlock(&a->lock);
+    return res;
+}
+
+void rcci_acceptor_sweep(rcci_acceptor_t *a)
+{
+    if (pthread_mutex_trylock(&a->lock) != 0)
+        return; /* an accept is running, and does the same */
+    acc_pass(a, 0);
+    pthread_mutex_unlock(&a->lock);
 }
 
 void rcci_acceptor_destroy(rcci_acceptor_t *a)
@@ -611,5 +730,7 @@ void rcci_acceptor_destroy(rcci_acceptor_t *a)
     for (int i = 0; i < a->npending; i++)
         close(a->pending[i].fd);
     close(a->listen_fd);
+    free(a->pending);
+    pthread_mutex_destroy(&a->lock);
     free(a);
 }

@@ -80,15 +80,26 @@ rcc_result_t rcci_hello_send(int fd, const rcci_hello_t *hello,
                              const uint8_t secret[RCCI_SOCK_SECRET_BYTES], int64_t deadline_ns);
 
 /* Accepts connections on a listening socket and returns those that prove
- * the job secret and carry the expected hello. Strangers (wrong magic or
- * secret, garbage, silence for 10 s) are closed without disturbing anyone;
- * valid connections for other (kind, rank, tag) are kept for later calls. */
+ * the job secret and carry the expected hello. Strangers are closed without
+ * disturbing anyone: a wrong magic or version as soon as those bytes
+ * arrive, a wrong secret or communicator when the hello is whole, a
+ * connection with no complete hello 10 s after it was accepted (silent or
+ * trickling). Nothing waits on one connection: all are read as their bytes
+ * come. At most 64 strangers are held per socket (a flood closes the
+ * oldest); valid connections for other (kind, rank, tag) are kept for
+ * later calls. */
 typedef struct rcci_acceptor rcci_acceptor_t;
+/* On success owns `listen_fd` (made nonblocking); on failure the caller does. */
 rcc_result_t rcci_acceptor_create(int listen_fd, const uint8_t secret[RCCI_SOCK_SECRET_BYTES],
                                   uint64_t comm_id, rcci_acceptor_t **acceptor);
 /* rank -1 matches any rank. On success *fd is blocking and *hello filled. */
 rcc_result_t rcci_acceptor_accept(rcci_acceptor_t *acceptor, uint16_t kind, int rank, uint32_t tag,
                                   int64_t deadline_ns, int *fd, rcci_hello_t *hello);
+/* Does accept's work on strangers without blocking and without returning
+ * anything: for a listening socket that stays open while nobody accepts on
+ * it. May run on another thread than accept; skips its turn while an
+ * accept runs. */
+void rcci_acceptor_sweep(rcci_acceptor_t *acceptor);
 /* Closes pending connections and the listening socket. */
 void rcci_acceptor_destroy(rcci_acceptor_t *acceptor);
 

@@ -11,8 +11,8 @@
  * Threading: one transport context (`tctx`) belongs to one communicator.
  * Every call on a context, its listeners, connections and requests is made
  * from one thread at a time (the communicator's bootstrap thread during
- * init, its progress thread afterwards). Transports keep no global mutable
- * state except inside init/fini.
+ * init, its progress thread afterwards), except sweep_listener. Transports
+ * keep no global mutable state except inside init/fini.
  *
  * Blocking: only connect/accept block, and never past their deadline. isend,
  * irecv and test never block; they do as much I/O as the OS accepts now.
@@ -26,8 +26,9 @@
 
 #include "ringcc.h"
 
-/* 3: isend/irecv take a tag (seq + the operation's signature), peek and
- * notify appended. Pre-release: no transport outside this tree yet. */
+/* 3: isend/irecv take a tag (seq + the operation's signature); peek,
+ * notify, announce and sweep_listener appended. Pre-release: no transport
+ * outside this tree yet. */
 #define RCCI_TRANSPORT_ABI 3
 
 /* Connection handles (listen addresses, memory keys) travel through the
@@ -180,6 +181,13 @@ typedef struct rcci_transport {
      * which operation (`tag`) this rank is waiting in; the peer's peek
      * reports it. For connections that carry no data (a control lane). */
     void (*announce)(rcci_conn_t *conn, const rcci_tag_t *tag);
+    /* Without blocking, closes what strangers (anything that does not prove
+     * the job secret) opened on the listener, as accept would: a listener
+     * stays open between operations with nobody accepting on it. Valid
+     * connections are kept for accept. May run at the same time as accept
+     * on the same listener (the progress thread sweeps while a caller runs
+     * an operation inline); it may then skip its turn. */
+    void (*sweep_listener)(rcci_listener_t *listener);
 } rcci_transport_t;
 
 /* Transports built into this library, in priority order, NULL-terminated. */

@@ -29,6 +29,7 @@
 #define P2P_TAG 1     /* connection tag of lane 0; lane l uses P2P_TAG + l (the ring uses 0) */
 #define P2P_POLL_MS 1 /* how often pending accepts are looked at */
 #define P2P_GRACE_NS (1000ll * 1000000) /* see p2p_conn */
+#define P2P_SWEEP_NS (200ll * 1000000)  /* see rcci_p2p_sweep_listener */
 
 enum { P2P_WAITING, P2P_POSTED, P2P_DONE };
 
@@ -421,4 +422,14 @@ void rcci_p2p_waiting_for(struct rcc_comm *comm, rcci_exec_t *x, char *buf, size
                          x->st[i].state == P2P_WAITING ? ", not started" : "");
         n += k > 0 ? (size_t)k : 0;
     }
+}
+
+void rcci_p2p_sweep_listener(struct rcc_comm *comm)
+{
+    rcci_p2p_links_t *p = &comm->p2p;
+    int64_t now = rcci_now_ns();
+    if (!p->listener || now - p->swept_ns < P2P_SWEEP_NS)
+        return;
+    p->swept_ns = now;
+    p->tr->sweep_listener(p->listener);
 }

@@ -1069,6 +1069,45 @@ static int rank_group_mixed_kinds(int rank, int n, void *arg)
 START_TEST(group_mixed_kinds) { ck_assert_int_eq(mp_run(_i, rank_group_mixed_kinds, NULL, 60), 0); }
 END_TEST
 
+/* Point-to-point calls before the collectives of a group on some ranks and
+ * after them on others, with messages too big for the socket buffers (a
+ * send cannot finish before its receive is posted): the group must not
+ * make either side wait for the other. */
+static int rank_group_p2p_placement(int rank, int n, void *arg)
+{
+    (void)arg;
+    rcc_comm_t comm = mp_comm(10000);
+    int right = (rank + 1) % n, left = (rank + n - 1) % n, bad = 0;
+    const size_t big = (size_t)6 << 20;
+    bufs_t a, out, in;
+    ar_init(&a, RCC_FLOAT32, RCC_SUM, (size_t)1 << 20, 0, 11, NULL, rank, n);
+    msg_init(&out, "placement", RCC_UINT8, big, msg_seed(12, rank, right, 0), rank, right, rank, n,
+             MSG_OUT);
+    msg_init(&in, "placement", RCC_UINT8, big, msg_seed(12, left, rank, 0), left, rank, rank, n,
+             MSG_IN);
+    EXPECT_OK(rcc_group_start(), NULL);
+    if (rank % 2 == 0 && n > 1) {
+        EXPECT_OK(rcc_send(out.send, big, RCC_UINT8, right, comm), comm);
+        EXPECT_OK(rcc_recv(in.recv, big, RCC_UINT8, left, comm), comm);
+    }
+    EXPECT_OK(rcc_allreduce(a.send, a.recv, (size_t)1 << 20, RCC_FLOAT32, RCC_SUM, comm), comm);
+    EXPECT_OK(rcc_barrier(comm), comm);
+    if (rank % 2 == 1 || n == 1) {
+        EXPECT_OK(rcc_recv(in.recv, big, RCC_UINT8, left, comm), comm);
+        EXPECT_OK(rcc_send(out.send, big, RCC_UINT8, right, comm), comm);
+    }
+    EXPECT_OK(rcc_group_end(), NULL);
+    bad |= ar_check(&a) | bufs_check(&out) | bufs_check(&in);
+    bufs_free(&a), bufs_free(&out), bufs_free(&in);
+    return td_finish(comm, bad);
+}
+
+START_TEST(group_p2p_placement)
+{
+    ck_assert_int_eq(mp_run(_i, rank_group_p2p_placement, NULL, 60), 0);
+}
+END_TEST
+
 /* =========================================================================
  * Splitting communicators
  * ========================================================================= */
@@ -1315,6 +1354,7 @@ static Suite *groups_suite(void)
     tcase_add_loop_test(groups, group_nested, 1, 6);
     tcase_add_test(groups, group_end_without_start);
     tcase_add_loop_test(groups, group_mixed_kinds, 1, 6);
+    tcase_add_loop_test(groups, group_p2p_placement, 1, 6);
     suite_add_tcase(s, groups);
     TCase *split = tcase_create("split");
     tcase_set_timeout(split, 300);

@@ -315,6 +315,22 @@ if [[ -x $PERF ]]; then
 fi
 
 # ------------------------------------------------------------------------------------------
+echo "== (f) RCC_CHECKSUM"
+
+if [[ -x $PERF ]]; then
+    run 120 env RCC_CHECKSUM=1 "$RUN" -n 3 "$PERF" -b 1 -e 4M -f 16 -n 2 -w 1 -d float32,bf16 -o sum,max
+    if expect_rc 0 "(f) checksums" && perf_rows 24 "(f) checksums"; then
+        pass "(f) RCC_CHECKSUM=1: every message checked, 24 rows exact"
+    fi
+    run 60 env RCC_CHECKSUM=1 RCC_CHECKSUM_FAULT=7 "$RUN" -n 3 "$PERF" -b 1M -e 1M -n 5 -w 1
+    if [[ $rc -ne 0 ]] && expect_in err "fails its checksum" "(f) damaged"; then
+        pass "(f) a damaged payload fails the job, named (exit $rc)"
+    elif [[ $rc -eq 0 ]]; then
+        fail "(f) damaged payloads went unnoticed"
+    fi
+fi
+
+# ------------------------------------------------------------------------------------------
 if [[ ${#failed[@]} -ne 0 ]]; then
     echo "${#failed[@]} check(s) failed:" >&2
     printf '  %s\n' "${failed[@]}" >&2

@@ -79,7 +79,7 @@ START_TEST(bad_headers_are_named)
     bad[6] = 30;
     ck_assert_int_eq(wire_check(bad, &tag, 4096, "p"), RCC_ERR_REMOTE);
     memcpy(bad, h, sizeof bad);
-    bad[5] = 1;
+    bad[5] = 0x08; /* no such flag */
     ck_assert_int_eq(wire_check(bad, &tag, 4096, "p"), RCC_ERR_REMOTE);
     memcpy(bad, h, sizeof bad);
     bad[13] = 1;
@@ -148,6 +148,26 @@ START_TEST(mismatch_names_both_calls)
 }
 END_TEST
 
+START_TEST(checksums)
+{
+    uint8_t h[RCCI_WIRE_HEADER_BYTES];
+    rcci_tag_t tag = tag_of(9, RCCI_COLL_ALLREDUCE, 10);
+    rcci_wire_encode(h, &tag, 40);
+    rcci_wire_set_crc(h, 0xE3069283u);
+    rcci_wire_frame_t f;
+    ck_assert_int_eq(rcci_wire_parse(h, &f, "p"), RCC_SUCCESS);
+    ck_assert_int_eq(f.has_crc, 1);
+    ck_assert_uint_eq(f.payload_crc, 0xE3069283u);
+    ck_assert_int_eq(wire_check(h, &tag, 40, "p"), RCC_SUCCESS);
+    /* A checksum field without its flag, or on a notice, is not a frame. */
+    h[5] = 0;
+    ck_assert_int_eq(rcci_wire_parse(h, &f, "p"), RCC_ERR_REMOTE);
+    rcci_wire_encode_notice(h, RCC_ERR_MISMATCH, 10);
+    rcci_wire_set_crc(h, 1);
+    ck_assert_int_eq(rcci_wire_parse(h, &f, "p"), RCC_ERR_REMOTE);
+}
+END_TEST
+
 START_TEST(notices)
 {
     uint8_t h[RCCI_WIRE_HEADER_BYTES];
@@ -178,6 +198,7 @@ static Suite *wire_suite(void)
     tcase_add_test(tc, bad_headers_are_named);
     tcase_add_test(tc, every_corrupted_byte_is_caught);
     tcase_add_test(tc, mismatch_names_both_calls);
+    tcase_add_test(tc, checksums);
     tcase_add_test(tc, notices);
     suite_add_tcase(s, tc);
     return s;

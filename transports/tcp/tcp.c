@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "crc32c.h"
 #include "err.h"
 #include "log.h"
 #include "params.h"
@@ -38,6 +39,8 @@ struct rcci_request {
     size_t moved; /* header and payload bytes moved so far */
     rcci_tag_t tag;
     int complete;
+    int check_crc; /* receive: the payload's CRC32C is checked against want_crc */
+    uint32_t crc, want_crc;
     uint8_t header[RCCI_WIRE_HEADER_BYTES];
 };
 
@@ -121,6 +124,8 @@ static rcc_result_t tcp_listen(void *tctx, void *handle, rcci_listener_t **out)
     *out = l;
     return RCC_SUCCESS;
 }
+
+static void tcp_sweep_listener(rcci_listener_t *l) { rcci_acceptor_sweep(l->acceptor); }
 
 static void tcp_close_listener(rcci_listener_t *l)
 {
@@ -247,6 +252,18 @@ static rcc_result_t tcp_dereg_mem(void *tctx, rcci_mr_t *mr)
     return RCC_SUCCESS;
 }
 
+/* The CRC32C a send carries; RCC_CHECKSUM_FAULT=N sends every Nth one
+ * wrong, as a payload damaged on its way would arrive (tests). */
+static uint32_t tcp_send_crc(const void *buf, size_t bytes)
+{
+    static unsigned long sent;
+    uint32_t crc = rcci_crc32c_update(RCCI_CRC32C_INIT, buf, bytes);
+    int64_t every = rcci_param_int(RCCI_PARAM_CHECKSUM_FAULT);
+    if (every > 0 && __atomic_add_fetch(&sent, 1, __ATOMIC_RELAXED) % (unsigned long)every == 0)
+        crc ^= 1u;
+    return crc;
+}
+
 static rcc_result_t tcp_post(rcci_conn_t *c, int is_send, const void *buf, size_t bytes,
                              const rcci_tag_t *tag, rcci_request_t **out)
 {
@@ -259,8 +276,11 @@ static rcc_result_t tcp_post(rcci_conn_t *c, int is_send, const void *buf, size_
     r->buf = (char *)buf;
     r->bytes = bytes;
     r->tag = *tag;
-    if (is_send)
+    if (is_send) {
         rcci_wire_encode(r->header, tag, bytes);
+        if (rcci_param_int(RCCI_PARAM_CHECKSUM))
+            rcci_wire_set_crc(r->header, tcp_send_crc(buf, bytes));
+    }
     tcp_queue_push(is_send ? &c->sends : &c->recvs, r);
     *out = r;
     return RCC_SUCCESS;
@@ -359,8 +379,27 @@ static rcc_result_t tcp_advance(rcci_conn_t *c, tcp_queue_t *q, size_t n, int is
             if (res == RCC_SUCCESS)
                 res = rcci_wire_match(&f, &r->tag, r->bytes, c->peer, c->self,
                                       c->ctx->env.describe_sig);
+            if (res == RCC_SUCCESS && !f.has_crc && rcci_param_int(RCCI_PARAM_CHECKSUM))
+                res = rcci_error(RCC_ERR_INVALID_USAGE,
+                                 "%s sends without checksums while this rank has RCC_CHECKSUM=1: "
+                                 "set it alike on every rank",
+                                 c->peer);
             if (res != RCC_SUCCESS)
                 return tcp_fail(c, res);
+            r->check_crc = f.has_crc;
+            r->want_crc = f.payload_crc;
+            r->crc = RCCI_CRC32C_INIT;
+        }
+        if (is_recv && r->check_crc && r->moved > RCCI_WIRE_HEADER_BYTES) {
+            size_t from = r->moved - take, to = r->moved - RCCI_WIRE_HEADER_BYTES;
+            from = from > RCCI_WIRE_HEADER_BYTES ? from - RCCI_WIRE_HEADER_BYTES : 0;
+            r->crc = rcci_crc32c_update(r->crc, r->buf + from, to - from);
+            if (r->moved == total && r->crc != r->want_crc)
+                return tcp_fail(c, rcci_error(RCC_ERR_REMOTE,
+                                              "the %zu-byte payload of message #%u from %s fails "
+                                              "its checksum (CRC32C 0x%08x, sent 0x%08x): the "
+                                              "data was damaged on its way",
+                                              r->bytes, r->tag.seq, c->peer, r->crc, r->want_crc));
         }
         if (r->moved == total) {
             r->complete = 1;
@@ -563,4 +602,5 @@ const rcci_transport_t rcci_transport_tcp = {
     .peek = tcp_peek,
     .notify = tcp_notify,
     .announce = tcp_announce,
+    .sweep_listener = tcp_sweep_listener,
 };

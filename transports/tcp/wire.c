@@ -28,6 +28,12 @@ void rcci_wire_encode(uint8_t out[RCCI_WIRE_HEADER_BYTES], const rcci_tag_t *tag
     wire_put_header(out, 0, tag->seq, length, tag->sig);
 }
 
+void rcci_wire_set_crc(uint8_t header[RCCI_WIRE_HEADER_BYTES], uint32_t crc)
+{
+    header[5] |= RCCI_WIRE_CRC;
+    rcci_put_le(header + 12, crc, 4);
+}
+
 void rcci_wire_encode_announce(uint8_t out[RCCI_WIRE_HEADER_BYTES], const rcci_tag_t *tag)
 {
     wire_put_header(out, RCCI_WIRE_ANNOUNCE, tag->seq, 0, tag->sig);
@@ -52,13 +58,17 @@ rcc_result_t rcci_wire_parse(const uint8_t in[RCCI_WIRE_HEADER_BYTES], rcci_wire
         return rcci_error(RCC_ERR_REMOTE,
                           "%s speaks frame version %u with %u-byte headers; this is version %u",
                           peer, in[4], (unsigned)rcci_get_le(in + 6, 2), RCCI_WIRE_VERSION);
-    const unsigned known = RCCI_WIRE_NOTICE | RCCI_WIRE_ANNOUNCE;
-    if ((in[5] & ~known) != 0 || (in[5] & known) == known || rcci_get_le(in + 12, 4) != 0)
+    const unsigned kinds = RCCI_WIRE_NOTICE | RCCI_WIRE_ANNOUNCE;
+    const unsigned known = kinds | RCCI_WIRE_CRC;
+    if ((in[5] & ~known) != 0 || (in[5] & kinds) == kinds ||
+        ((in[5] & RCCI_WIRE_CRC) ? (in[5] & kinds) != 0 : rcci_get_le(in + 12, 4) != 0))
         return rcci_error(RCC_ERR_REMOTE, "%s sent a frame with unknown flags 0x%02x", peer, in[5]);
     memset(frame, 0, sizeof *frame);
     frame->tag.seq = (uint32_t)rcci_get_le(in + 8, 4);
     frame->length = rcci_get_le(in + 16, 8);
     memcpy(frame->tag.sig, in + 24, RCCI_SIG_BYTES);
+    frame->has_crc = (in[5] & RCCI_WIRE_CRC) != 0;
+    frame->payload_crc = (uint32_t)rcci_get_le(in + 12, 4);
     if (in[5] & RCCI_WIRE_ANNOUNCE) {
         frame->announce = 1;
         if (frame->length != 0)

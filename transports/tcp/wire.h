@@ -2,13 +2,14 @@
  * The TCP transport's frame header. Every message on a data connection is
  * one header followed by `length` payload bytes. Fixed little-endian layout:
  *   0  u32 magic "RCCD"   4 u8 version   5 u8 flags   6 u16 header bytes
- *   8  u32 seq           12 u32 reserved (0)         16 u64 length
+ *   8  u32 seq           12 u32 payload CRC32C   16 u64 length
  *  24  u8[24] signature of the operation (the engine's, opaque here)
  * A notice (flag RCCI_WIRE_NOTICE) tells the peer that the sender's
  * communicator failed: seq holds the result code, the payload (at most
  * RCCI_WIRE_NOTICE_MAX bytes) the error text, the signature is zero. An
  * announcement (flag RCCI_WIRE_ANNOUNCE, no payload) carries the tag of
- * the operation the sender is waiting in.
+ * the operation the sender is waiting in. With flag RCCI_WIRE_CRC the
+ * field at 12 holds the CRC32C of the payload (RCC_CHECKSUM), else 0.
  */
 #ifndef RINGCC_TCP_WIRE_H
 #define RINGCC_TCP_WIRE_H
@@ -22,6 +23,7 @@
 #define RCCI_WIRE_MAGIC 0x44434352u /* "RCCD" read as little-endian */
 #define RCCI_WIRE_VERSION 2
 #define RCCI_WIRE_HEADER_BYTES 48
+#define RCCI_WIRE_CRC 0x01u
 #define RCCI_WIRE_NOTICE 0x02u
 #define RCCI_WIRE_ANNOUNCE 0x04u
 #define RCCI_WIRE_NOTICE_MAX 480
@@ -30,8 +32,10 @@
 typedef struct {
     rcci_tag_t tag;
     uint64_t length;
-    int notice;              /* a failure notice, not data */
-    int announce;            /* an announcement, not data */
+    int notice;   /* a failure notice, not data */
+    int announce; /* an announcement, not data */
+    int has_crc;  /* payload_crc is the payload's CRC32C */
+    uint32_t payload_crc;
     rcc_result_t notice_res; /* its result code */
 } rcci_wire_frame_t;
 
@@ -39,6 +43,9 @@ void rcci_wire_encode(uint8_t out[RCCI_WIRE_HEADER_BYTES], const rcci_tag_t *tag
 /* The header of a notice carrying `res` and text_bytes (<= RCCI_WIRE_NOTICE_MAX) of text. */
 void rcci_wire_encode_notice(uint8_t out[RCCI_WIRE_HEADER_BYTES], rcc_result_t res,
                              size_t text_bytes);
+
+/* Marks an encoded data header as carrying its payload's CRC32C. */
+void rcci_wire_set_crc(uint8_t header[RCCI_WIRE_HEADER_BYTES], uint32_t crc);
 
 /* The header of an announcement of `tag`. */
 void rcci_wire_encode_announce(uint8_t out[RCCI_WIRE_HEADER_BYTES], const rcci_tag_t *tag);
