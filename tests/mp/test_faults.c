@@ -10,6 +10,7 @@
  * the test machines are shared.
  */
 #include <check.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -70,6 +71,19 @@ static int rank_fault(int rank, int n, void *arg)
 {
     const fault_t *f = arg;
     area_t *area = mp_shared(NULL);
+    /* A stop is also a stall: RCC_STALL_WARN=1 must report it before the
+     * 2 s timeout. The rank's log goes to a file, read back below. */
+    char log_path[64];
+    snprintf(log_path, sizeof log_path, "/tmp/ringcc-faults-%d.log", (int)getpid());
+    int saved_stderr = -1;
+    if (f->stop) {
+        setenv("RCC_STALL_WARN", "1", 1);
+        int fd = open(log_path, O_CREAT | O_RDWR | O_TRUNC, 0600);
+        saved_stderr = dup(2);
+        if (fd < 0 || saved_stderr < 0 || dup2(fd, 2) < 0)
+            MP_FAIL("rank %d: cannot redirect stderr to %s", rank, log_path);
+        close(fd);
+    }
     rcc_comm_t comm = mp_comm(f->stop ? STOP_TIMEOUT_MS : 30000);
     float *a = calloc(262144 * (size_t)MAX_RANKS, sizeof *a);
     float *b = calloc(262144 * (size_t)MAX_RANKS, sizeof *b);
@@ -104,6 +118,21 @@ static int rank_fault(int rank, int n, void *arg)
             rcc_result_name(res), delay, f->stop ? "stop" : "kill", f->victim, area->text[rank]);
     if (f->stop && area->victim_pid && rank == (f->victim + 1) % n)
         kill(area->victim_pid, SIGKILL); /* the harness would, at its deadline */
+    if (f->stop) {
+        char log[8192] = "";
+        FILE *in = fopen(log_path, "r");
+        size_t got = in ? fread(log, 1, sizeof log - 1, in) : 0;
+        log[got] = '\0';
+        if (in)
+            fclose(in);
+        remove(log_path);
+        dup2(saved_stderr, 2);
+        close(saved_stderr);
+        const char *warn = strstr(log, "stalled: ");
+        if (!warn || !strstr(warn, "has waited") || !strstr(warn, " for rank "))
+            MP_FAIL("rank %d: no stall report naming a peer in its log:\n%s", rank, log);
+        fprintf(stdout, "(fault) rank %d: %.*s\n", rank, (int)strcspn(warn, "\n"), warn);
+    }
     if (again == RCC_SUCCESS || again_s > 1.0)
         MP_FAIL("rank %d: the call after the failure: %s in %.2f s", rank, rcc_result_name(again),
                 again_s);
