@@ -234,12 +234,15 @@ static rcc_result_t group_launch_comm(struct rcc_comm *comm, rcci_op_t **ops, in
         if (j - i >= 2) {
             res = group_launch_fused(comm, ops + i, j - i, total);
         } else {
+            /* Read before the enqueue: once queued, the progress thread may
+             * complete a merged operation, which clears its members. */
+            int merged = ops[i]->nmembers > 0;
             res = rcci_progress_enqueue(comm, ops[i]);
-            if (res != RCC_SUCCESS && ops[i]->nmembers)
+            if (res != RCC_SUCCESS && merged)
                 rcci_group_complete_fused(ops[i], res);
             if (res != RCC_SUCCESS)
                 group_fail(ops + i, 1, res);
-            if (ops[i]->nmembers)
+            if (merged)
                 rcci_op_release(ops[i]); /* a merged operation: the queue holds it now */
         }
         if (res != RCC_SUCCESS && first == RCC_SUCCESS)
