@@ -16,6 +16,7 @@ static rcci_log_level_t log_level_value = RCCI_LOG_WARN;
 static FILE *log_file;
 static char log_host[64];
 static _Thread_local int log_rank = -1;
+static const char *const log_level_names[] = {"NONE", "WARN", "INFO", "TRACE"};
 
 void rcci_log_expand_path(const char *pattern, const char *host, char *out, size_t size)
 {
@@ -35,9 +36,8 @@ void rcci_log_expand_path(const char *pattern, const char *host, char *out, size
 
 int rcci_log_level_named(const char *name, rcci_log_level_t *level)
 {
-    static const char *const names[] = {"NONE", "WARN", "INFO", "TRACE"};
-    for (int i = 0; i < 4; i++) {
-        if (!strcasecmp(name, names[i])) {
+    for (int i = 0; i < (int)(sizeof log_level_names / sizeof log_level_names[0]); i++) {
+        if (!strcasecmp(name, log_level_names[i])) {
             *level = (rcci_log_level_t)i;
             return 1;
         }
@@ -79,14 +79,13 @@ void rcci_log_set_rank(int rank) { log_rank = rank; }
 
 void rcci_log(rcci_log_level_t level, const char *fmt, ...)
 {
-    static const char *const names[] = {"NONE", "WARN", "INFO", "TRACE"};
     pthread_once(&log_once, log_init);
     char line[2048];
     int n = log_rank >= 0
                 ? snprintf(line, sizeof line, "%s:%d:%d ringcc %s [%d] ", log_host, (int)getpid(),
-                           (int)syscall(SYS_gettid), names[level], log_rank)
+                           (int)syscall(SYS_gettid), log_level_names[level], log_rank)
                 : snprintf(line, sizeof line, "%s:%d:%d ringcc %s ", log_host, (int)getpid(),
-                           (int)syscall(SYS_gettid), names[level]);
+                           (int)syscall(SYS_gettid), log_level_names[level]);
     va_list ap;
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof line)
