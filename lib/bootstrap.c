@@ -13,12 +13,12 @@
 
 #define ID_MAGIC 0x55434352u /* "RCCU" */
 #define ID_VERSION 1
-#define WIRE_ADDR_BYTES 20
-#define ROOT_REPLY_TEXT 256
-#define ROOT_REPLY_BYTES (8 + ROOT_REPLY_TEXT)
+#define WIRE_ADDR_BYTES RCCI_BOOTSTRAP_ADDR_BYTES
+#define ROOT_REPLY_TEXT (RCCI_ROOT_REPLY_BYTES - 8)
+#define ROOT_REPLY_BYTES RCCI_ROOT_REPLY_BYTES
 #define ROOT_GRACE_NS (10ll * 1000000000) /* ranks wait this much beyond the root's deadline */
 #define REPLY_SEND_NS (5ll * 1000000000)
-#define MAX_RANKS (1 << 20)
+#define MAX_RANKS RCCI_BOOTSTRAP_MAX_RANKS
 
 struct rcci_bootstrap {
     int rank, nranks;
@@ -62,6 +62,17 @@ static rcc_result_t bs_get_addr(const uint8_t *p, rcci_addr_t *addr)
     return rcci_addr_from_wire(&w, addr);
 }
 
+void rcci_bootstrap_addr_encode(uint8_t out[RCCI_BOOTSTRAP_ADDR_BYTES], const rcci_addr_t *addr)
+{
+    bs_put_addr(out, addr);
+}
+
+rcc_result_t rcci_bootstrap_addr_decode(const uint8_t in[RCCI_BOOTSTRAP_ADDR_BYTES],
+                                        rcci_addr_t *addr)
+{
+    return bs_get_addr(in, addr);
+}
+
 /* Unique id: magic 0, version 4, root 8..28, comm_id 28..36, secret 36..68. */
 void rcci_id_encode(const rcci_id_t *id, rcc_unique_id_t *out)
 {
@@ -99,14 +110,79 @@ typedef struct {
     int64_t timeout_ns;
 } root_args_t;
 
+void rcci_root_reply_encode(uint8_t out[RCCI_ROOT_REPLY_BYTES], rcc_result_t status, int nranks,
+                            const char *text)
+{
+    memset(out, 0, ROOT_REPLY_BYTES);
+    bs_put32(out, (uint32_t)status);
+    bs_put32(out + 4, (uint32_t)nranks);
+    snprintf((char *)out + 8, ROOT_REPLY_TEXT, "%s", text);
+}
+
+static int bs_is_failure_code(uint32_t code)
+{
+    switch (code) {
+#define BS_CODE_(name, value, text) case value:
+        RCC_RESULT_LIST(BS_CODE_)
+#undef BS_CODE_
+        return code != RCC_SUCCESS && code != RCC_IN_PROGRESS;
+    }
+    return 0;
+}
+
+rcc_result_t rcci_root_reply_decode(uint8_t head[RCCI_ROOT_REPLY_BYTES], int nranks,
+                                    const char *root, int *root_said)
+{
+    head[ROOT_REPLY_BYTES - 1] = '\0';
+    rcc_result_t status = (rcc_result_t)bs_get32(head);
+    *root_said = status != RCC_SUCCESS;
+    /* Only the root's failures pass through: whatever else claims to be one
+     * (a code this version lacks, "in progress") is the root breaking the
+     * protocol. */
+    if (*root_said && !bs_is_failure_code(bs_get32(head)))
+        status = RCC_ERR_REMOTE;
+    if (*root_said)
+        return rcci_error(status, "the rendezvous at %s failed: %s", root, (char *)head + 8);
+    if ((int)bs_get32(head + 4) != nranks)
+        return rcci_error(RCC_ERR_INTERNAL, "the root answered for %u ranks", bs_get32(head + 4));
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_root_table_decode(const uint8_t *table, int nranks, rcci_addr_t *peers)
+{
+    for (int i = 0; i < nranks; i++) {
+        rcc_result_t res = bs_get_addr(table + (size_t)i * WIRE_ADDR_BYTES, &peers[i]);
+        if (res != RCC_SUCCESS)
+            return res;
+    }
+    return RCC_SUCCESS;
+}
+
+int rcci_root_hello_check(const rcci_hello_t *h, int nranks, const int *fds, char *bad, size_t size)
+{
+    if (h->nranks < 1 || h->nranks > MAX_RANKS || h->rank < 0 || h->rank >= h->nranks)
+        snprintf(bad, size, "rank %d of %d is not a valid rank", h->rank, h->nranks);
+    else if (nranks > 0 && h->nranks != nranks)
+        snprintf(bad, size, "rank %d says the job has %d ranks; earlier ranks said %d", h->rank,
+                 h->nranks, nranks);
+    else if (nranks > 0 && fds[h->rank] >= 0)
+        snprintf(bad, size, "two processes joined as rank %d", h->rank);
+    else if (h->addr.family != AF_INET && h->addr.family != AF_INET6)
+        snprintf(bad, size, "rank %d sent an address of family %u, neither IPv4 nor IPv6", h->rank,
+                 h->addr.family);
+    else {
+        bad[0] = '\0';
+        return 1;
+    }
+    return 0;
+}
+
 /* Status, nranks, text; on success followed by the address table. */
 static void root_reply(int fd, rcc_result_t status, int nranks, const char *text,
                        const uint8_t *table)
 {
-    uint8_t head[ROOT_REPLY_BYTES] = {0};
-    bs_put32(head, (uint32_t)status);
-    bs_put32(head + 4, (uint32_t)nranks);
-    snprintf((char *)head + 8, ROOT_REPLY_TEXT, "%s", text);
+    uint8_t head[ROOT_REPLY_BYTES];
+    rcci_root_reply_encode(head, status, nranks, text);
     int64_t deadline = rcci_now_ns() + REPLY_SEND_NS;
     if (rcci_sock_send_all(fd, head, sizeof head, deadline) == RCC_SUCCESS && table)
         rcci_sock_send_all(fd, table, (size_t)nranks * WIRE_ADDR_BYTES, deadline);
@@ -132,19 +208,8 @@ static void *root_main(void *arg)
         rcci_hello_t h;
         if (rcci_acceptor_accept(acc, RCCI_HELLO_ROOT, -1, 0, deadline, &fd, &h) != RCC_SUCCESS)
             break; /* the deadline passed: report below */
-        char bad[ROOT_REPLY_TEXT] = "";
-        rcci_addr_t addr = {0};
-        if (h.nranks < 1 || h.nranks > MAX_RANKS || h.rank < 0 || h.rank >= h.nranks)
-            snprintf(bad, sizeof bad, "rank %d of %d is not a valid rank", h.rank, h.nranks);
-        else if (nranks > 0 && h.nranks != nranks)
-            snprintf(bad, sizeof bad, "rank %d says the job has %d ranks; earlier ranks said %d",
-                     h.rank, h.nranks, nranks);
-        else if (nranks > 0 && fds[h.rank] >= 0)
-            snprintf(bad, sizeof bad, "two processes joined as rank %d", h.rank);
-        else if (rcci_addr_from_wire(&h.addr, &addr) != RCC_SUCCESS)
-            snprintf(bad, sizeof bad, "rank %d sent a listen address of family %u", h.rank,
-                     h.addr.family);
-        if (bad[0]) {
+        char bad[ROOT_REPLY_TEXT];
+        if (!rcci_root_hello_check(&h, nranks, fds, bad, sizeof bad)) {
             root_reply(fd, RCC_ERR_INVALID_USAGE, 0, bad, NULL);
             close(fd);
             if (nranks > 0) { /* the job cannot form: tell everyone who came */
@@ -168,6 +233,8 @@ static void *root_main(void *arg)
                 fds[i] = -1;
         }
         fds[h.rank] = fd;
+        rcci_addr_t addr;
+        rcci_addr_from_wire(&h.addr, &addr);
         bs_put_addr(table + (size_t)h.rank * WIRE_ADDR_BYTES, &addr);
         joined++;
     }
@@ -235,22 +302,13 @@ static rcc_result_t bs_meet_root(rcci_bootstrap_t *bs, const rcci_id_t *id, int6
     rcci_addr_to_wire(&bs->local, &hello.addr);
     RCC_CHECK(rcci_hello_send(fd, &hello, id->secret, deadline));
     RCC_CHECK(rcci_sock_recv_all(fd, head, sizeof head, deadline + ROOT_GRACE_NS));
-    head[sizeof head - 1] = '\0';
-    rcc_result_t status = (rcc_result_t)bs_get32(head);
-    if (!strcmp(rcc_result_name(status), "RCC_UNKNOWN_RESULT"))
-        status = RCC_ERR_REMOTE; /* not a root of this version: its text says what it is */
-    root_said = status != RCC_SUCCESS;
-    if (root_said)
-        RCC_FAIL(status, "the rendezvous at %s failed: %s", root, (char *)head + 8);
-    if ((int)bs_get32(head + 4) != bs->nranks)
-        RCC_FAIL(RCC_ERR_INTERNAL, "the root answered for %u ranks", bs_get32(head + 4));
+    RCC_CHECK(rcci_root_reply_decode(head, bs->nranks, root, &root_said));
     table = malloc((size_t)bs->nranks * WIRE_ADDR_BYTES);
     bs->peers = calloc((size_t)bs->nranks, sizeof *bs->peers);
     if (!table || !bs->peers)
         RCC_FAIL(RCC_ERR_NO_MEMORY, "address table for %d ranks", bs->nranks);
     RCC_CHECK(rcci_sock_recv_all(fd, table, (size_t)bs->nranks * WIRE_ADDR_BYTES, deadline));
-    for (int i = 0; i < bs->nranks; i++)
-        RCC_CHECK(bs_get_addr(table + (size_t)i * WIRE_ADDR_BYTES, &bs->peers[i]));
+    RCC_CHECK(rcci_root_table_decode(table, bs->nranks, bs->peers));
 out:
     if (res != RCC_SUCCESS && !root_said)
         rcci_error_prefix("meeting the root %s: ", root);
@@ -315,7 +373,26 @@ out:
     return res;
 }
 
-#define SPLIT_ENTRY_BYTES 36 /* color, key, parent rank, listen address */
+#define SPLIT_ENTRY_BYTES RCCI_SPLIT_ENTRY_BYTES
+
+int rcci_split_members(const uint8_t *table, int n, int color, int *order)
+{
+    /* Insertion sort, stable on parent rank because ranks are visited in
+     * order. */
+    int members = 0;
+    for (int r = 0; r < n; r++) {
+        const uint8_t *e = table + (size_t)r * SPLIT_ENTRY_BYTES;
+        if ((int)bs_get32(e) != color)
+            continue;
+        int k = (int)bs_get32(e + 4), at = members++;
+        while (at > 0 && (int)bs_get32(table + (size_t)order[at - 1] * SPLIT_ENTRY_BYTES + 4) > k) {
+            order[at] = order[at - 1];
+            at--;
+        }
+        order[at] = r;
+    }
+    return members;
+}
 
 rcc_result_t rcci_bootstrap_split(rcci_bootstrap_t *parent, int color, int key, uint64_t comm_id,
                                   rcci_bootstrap_t **child)
@@ -344,19 +421,7 @@ rcc_result_t rcci_bootstrap_split(rcci_bootstrap_t *parent, int color, int key, 
     RCC_CHECK(rcci_bootstrap_allgather(parent, table, SPLIT_ENTRY_BYTES));
     if (color < 0)
         goto out;
-    /* Members of my color, ordered by (key, parent rank): insertion sort,
-     * stable on parent rank because ranks are visited in order. */
-    for (int r = 0; r < n; r++) {
-        const uint8_t *e = table + (size_t)r * SPLIT_ENTRY_BYTES;
-        if ((int)bs_get32(e) != color)
-            continue;
-        int k = (int)bs_get32(e + 4), at = members++;
-        while (at > 0 && (int)bs_get32(table + (size_t)order[at - 1] * SPLIT_ENTRY_BYTES + 4) > k) {
-            order[at] = order[at - 1];
-            at--;
-        }
-        order[at] = r;
-    }
+    members = rcci_split_members(table, n, color, order);
     bs->nranks = members;
     bs->peers = calloc((size_t)members, sizeof *bs->peers);
     if (!bs->peers)

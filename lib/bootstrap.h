@@ -58,4 +58,44 @@ const char *rcci_bootstrap_ifname(const rcci_bootstrap_t *bs);
 void rcci_bootstrap_peer_name(const rcci_bootstrap_t *bs, int rank, char *buf, size_t size);
 void rcci_bootstrap_destroy(rcci_bootstrap_t *bs);
 
+/* ---- the rendezvous protocol's messages, parsed by pure functions -------
+ * (what the functions above send and receive; separate so tests and fuzzers
+ * reach them without sockets). All integers little-endian. */
+
+#define RCCI_BOOTSTRAP_MAX_RANKS (1 << 20)
+/* An address in ids, the root's table and split entries: family u16,
+ * port (network order) 2 bytes, address 16 bytes. */
+#define RCCI_BOOTSTRAP_ADDR_BYTES 20
+void rcci_bootstrap_addr_encode(uint8_t out[RCCI_BOOTSTRAP_ADDR_BYTES], const rcci_addr_t *addr);
+rcc_result_t rcci_bootstrap_addr_decode(const uint8_t in[RCCI_BOOTSTRAP_ADDR_BYTES],
+                                        rcci_addr_t *addr);
+
+/* The root's answer to each rank: status u32, nranks u32, a NUL-terminated
+ * text; when the status is RCC_SUCCESS, nranks addresses follow (the table). */
+#define RCCI_ROOT_REPLY_BYTES (8 + 256)
+void rcci_root_reply_encode(uint8_t out[RCCI_ROOT_REPLY_BYTES], rcc_result_t status, int nranks,
+                            const char *text);
+/* A rank of `nranks` reads the answer of the root named `root`: RCC_SUCCESS,
+ * or the failure the root reported (*root_said = 1, its text quoted; a
+ * status that is no failure code of this version reads RCC_ERR_REMOTE), or
+ * RCC_ERR_INTERNAL when the root answered for another rank count. Terminates
+ * the text in `head` in place. */
+rcc_result_t rcci_root_reply_decode(uint8_t head[RCCI_ROOT_REPLY_BYTES], int nranks,
+                                    const char *root, int *root_said);
+/* The table of nranks addresses into peers[0..nranks). */
+rcc_result_t rcci_root_table_decode(const uint8_t *table, int nranks, rcci_addr_t *peers);
+/* The root's judgement of a proven root hello, given the job so far
+ * (nranks < 0: no rank yet; else fds[0..nranks), -1 where no rank joined):
+ * 1 when it may join (a valid rank of the job, not yet taken, with an
+ * IPv4 or IPv6 address), else 0 and the reason in bad (size bytes). */
+int rcci_root_hello_check(const rcci_hello_t *h, int nranks, const int *fds, char *bad,
+                          size_t size);
+
+/* rcci_bootstrap_split's allgathered table: n entries of color i32, key
+ * i32, parent rank u32, listen address. Fills order[] with the parent
+ * ranks of `color`'s members ordered by (key, parent rank) and returns how
+ * many there are. */
+#define RCCI_SPLIT_ENTRY_BYTES 36
+int rcci_split_members(const uint8_t *table, int n, int color, int *order);
+
 #endif /* RINGCC_BOOTSTRAP_H */

@@ -247,8 +247,8 @@ static rcc_result_t group_launch_comm(struct rcc_comm *comm, rcci_op_t **ops, in
         if (j - i >= 2) {
             res = group_launch_fused(comm, ops + i, j - i, total);
         } else {
-            /* Read before the queue has it: the progress thread may finish a
-             * merged operation (and clear nmembers) at once. */
+            /* Read before the enqueue: once queued, the progress thread may
+             * complete a merged operation, which clears its members. */
             int merged = ops[i]->nmembers > 0;
             res = rcci_progress_enqueue(comm, ops[i]);
             if (res != RCC_SUCCESS && merged)

@@ -5,6 +5,8 @@
 #ifndef RINGCC_LOG_H
 #define RINGCC_LOG_H
 
+#include <stddef.h>
+
 typedef enum {
     RCCI_LOG_NONE = 0,
     RCCI_LOG_WARN = 1,
@@ -15,6 +17,12 @@ typedef enum {
 /* The level from RCC_DEBUG, read once. */
 rcci_log_level_t rcci_log_level(void);
 void rcci_log(rcci_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* RCC_DEBUG's value: 1 and *level for NONE, WARN, INFO or TRACE (any case);
+ * 0 and WARN for anything else. */
+int rcci_log_level_named(const char *name, rcci_log_level_t *level);
+/* RCC_DEBUG_FILE's pattern with %h (host) and %p (pid) expanded into out,
+ * always NUL-terminated, cut to size - 1 characters. */
+void rcci_log_expand_path(const char *pattern, const char *host, char *out, size_t size);
 /* The rank shown in this thread's log lines (-1: none). */
 void rcci_log_set_rank(int rank);
 

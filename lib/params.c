@@ -62,6 +62,14 @@ rcc_result_t rcci_parse_size(const char *text, int64_t min, int64_t max, int64_t
     return RCC_SUCCESS;
 }
 
+rcc_result_t rcci_param_parse(rcci_param_id_t id, const char *text, int64_t *value)
+{
+    const rcci_param_info_t *info = &param_table[id];
+    if (!info->is_int)
+        return RCC_SUCCESS;
+    return rcci_parse_size(text, info->min, info->max, value);
+}
+
 static void param_load_once(void)
 {
     param_status = RCC_SUCCESS;
@@ -72,7 +80,7 @@ static void param_load_once(void)
         param_strs[i] = text;
         if (!info->is_int)
             continue;
-        if (rcci_parse_size(text, info->min, info->max, &param_ints[i]) != RCC_SUCCESS) {
+        if (rcci_param_parse((rcci_param_id_t)i, text, &param_ints[i]) != RCC_SUCCESS) {
             /* Keep the default so a caller that ignores the error still runs sanely. */
             rcci_parse_size(info->default_text, info->min, info->max, &param_ints[i]);
             if (param_status == RCC_SUCCESS) {

@@ -76,6 +76,12 @@ int64_t rcci_param_int(rcci_param_id_t id);
 const char *rcci_param_str(rcci_param_id_t id); /* never NULL; "" when unset */
 const rcci_param_info_t *rcci_param_info(rcci_param_id_t id);
 
+/* Parses `text` as the value of parameter `id`, the way rcci_params_load
+ * reads the environment: an INT parameter's value (rcci_parse_size within
+ * its [min, max]) into *value; a STR parameter takes any text (its users
+ * check the names they know) and leaves *value alone. Sets no error text. */
+rcc_result_t rcci_param_parse(rcci_param_id_t id, const char *text, int64_t *value);
+
 /* "64K" -> 65536. Accepts decimal digits with an optional K, M or G
  * (case-insensitive, powers of 1024) and nothing else. */
 rcc_result_t rcci_parse_size(const char *text, int64_t min, int64_t max, int64_t *out);

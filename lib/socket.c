@@ -483,6 +483,19 @@ rcc_result_t rcci_hello_send(int fd, const rcci_hello_t *hello,
     return rcci_sock_send_all(fd, buf, sizeof buf, deadline_ns);
 }
 
+void rcci_hello_encode(uint8_t out[RCCI_HELLO_BYTES], const rcci_hello_t *hello,
+                       const uint8_t secret[RCCI_SOCK_SECRET_BYTES])
+{
+    hello_encode(out, hello, secret);
+}
+
+int rcci_hello_decode(const uint8_t in[RCCI_HELLO_BYTES],
+                      const uint8_t secret[RCCI_SOCK_SECRET_BYTES], uint64_t comm_id,
+                      rcci_hello_t *hello, const char **why)
+{
+    return hello_decode(in, secret, comm_id, hello, why);
+}
+
 /* ---- acceptor ----------------------------------------------------------- */
 
 /* A connection taken off the backlog. A stranger until its hello proves the

@@ -79,6 +79,16 @@ typedef struct {
 rcc_result_t rcci_hello_send(int fd, const rcci_hello_t *hello,
                              const uint8_t secret[RCCI_SOCK_SECRET_BYTES], int64_t deadline_ns);
 
+/* The hello's bytes, and their check (what rcci_hello_send and the acceptor
+ * use; pure, for tests). Decode returns 1 and fills *hello when `in` is a
+ * hello of this protocol version proving `secret` for `comm_id`; else 0 and
+ * *why names the problem (*hello is then undefined). */
+void rcci_hello_encode(uint8_t out[RCCI_HELLO_BYTES], const rcci_hello_t *hello,
+                       const uint8_t secret[RCCI_SOCK_SECRET_BYTES]);
+int rcci_hello_decode(const uint8_t in[RCCI_HELLO_BYTES],
+                      const uint8_t secret[RCCI_SOCK_SECRET_BYTES], uint64_t comm_id,
+                      rcci_hello_t *hello, const char **why);
+
 /* Accepts connections on a listening socket and returns those that prove
  * the job secret and carry the expected hello. Strangers are closed without
  * disturbing anyone: a wrong magic or version as soon as those bytes

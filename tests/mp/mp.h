@@ -11,6 +11,16 @@
 
 #include "ringcc.h"
 
+/* RCC_TEST_QUICK=1 (set by the sanitizer and valgrind runs of
+ * tools/test-all): every case runs, with its large buffers cut down.
+ * mp_scaled(n) is n, or n / 16 (odd when n is) in quick mode for n of a
+ * million or more; smaller counts stay as they are. */
+int mp_quick(void);
+size_t mp_scaled(size_t n);
+/* RCC_TEST_MAX_RANKS=N (the TSan and valgrind runs): mp_run passes runs of
+ * more than N ranks without running them. */
+int mp_max_ranks(void);
+
 /* A rank's body; returns 0 on success (its exit status). */
 typedef int (*mp_rank_fn)(int rank, int nranks, void *arg);
 

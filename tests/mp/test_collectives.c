@@ -340,7 +340,7 @@ static int rank_broadcast(int rank, int n, void *arg)
                         continue;
                     xop_t x = {.kind = K_BROADCAST,
                                .dt = dts[d],
-                               .count = root_counts[c],
+                               .count = mp_scaled(root_counts[c]),
                                .root = root,
                                .inplace = shape == 2,
                                .variant = shape & 1,
@@ -378,7 +378,7 @@ static int rank_reduce(int rank, int n, void *arg)
                         xop_t x = {.kind = K_REDUCE,
                                    .dt = dts[d],
                                    .op = op,
-                                   .count = root_counts[c],
+                                   .count = mp_scaled(root_counts[c]),
                                    .root = root,
                                    .inplace = shape == 2,
                                    .variant = shape & 1,
@@ -739,7 +739,7 @@ static int rank_send_recv_threads(int rank, int n, void *arg)
 {
     (void)arg;
     rcc_comm_t comm = mp_comm(30000);
-    size_t bytes = 16u << 20;
+    size_t bytes = 16u << 20; /* more than the sockets hold: not scaled in quick mode */
     int peer = rank ^ 1;
     uint8_t *out = malloc(bytes), *in = malloc(bytes);
     for (size_t i = 0; i < bytes; i++)
