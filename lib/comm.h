@@ -284,6 +284,9 @@ typedef struct {
 void rcci_sig_encode(const rcci_sig_t *sig, uint8_t out[RCCI_SIG_BYTES]);
 /* The tag of a message of collective `op` (seq: the message's number on its connection). */
 void rcci_op_tag(const rcci_op_t *op, uint32_t seq, rcci_tag_t *tag);
+/* A signature's operation number and kind (rcci_coll_t or RCCI_SIG_*). */
+uint32_t rcci_sig_seq(const uint8_t sig[RCCI_SIG_BYTES]);
+int rcci_sig_kind(const uint8_t sig[RCCI_SIG_BYTES]);
 /* "allgather(count=1024, float32) as op #17": the transports' describe_sig. */
 void rcci_sig_describe(const uint8_t sig[RCCI_SIG_BYTES], char *buf, size_t size);
 
@@ -294,8 +297,9 @@ void rcci_sig_describe(const uint8_t sig[RCCI_SIG_BYTES], char *buf, size_t size
  * RCC_ERR_MISMATCH naming both calls (rate-limited; `op` NULL or
  * point-to-point: nothing to judge). stall: past RCC_STALL_WARN seconds,
  * a warning naming the peers the operation waits for, once per period. */
-rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64_t idle_ns);
-void rcci_watch_stall(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec);
+rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64_t now,
+                               int64_t idle_ns);
+void rcci_watch_stall(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec, int64_t now);
 /* Writes whom a running operation waits for ("rank 1 (receive), rank 3
  * (send)"): coll/pipeline.c and coll/p2p.c, dispatched by progress.c. */
 void rcci_exec_waiting_for(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec, char *buf,

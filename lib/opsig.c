@@ -35,6 +35,10 @@ void rcci_sig_encode(const rcci_sig_t *sig, uint8_t out[RCCI_SIG_BYTES])
     rcci_put_le(out + 16, sig->kind == RCCI_COLL_BARRIER ? 0 : sig->count, 8);
 }
 
+uint32_t rcci_sig_seq(const uint8_t sig[RCCI_SIG_BYTES]) { return (uint32_t)rcci_get_le(sig, 4); }
+
+int rcci_sig_kind(const uint8_t sig[RCCI_SIG_BYTES]) { return sig[4]; }
+
 void rcci_op_tag(const rcci_op_t *op, uint32_t seq, rcci_tag_t *tag)
 {
     rcci_sig_t sig = {.seq = op->seq,
@@ -67,8 +71,8 @@ static const char *sig_algo_name(unsigned algo)
 
 void rcci_sig_describe(const uint8_t sig[RCCI_SIG_BYTES], char *buf, size_t size)
 {
-    uint32_t seq = (uint32_t)rcci_get_le(sig, 4);
-    unsigned kind = sig[4], dtype = sig[5], redop = sig[6], algo = sig[7];
+    uint32_t seq = rcci_sig_seq(sig);
+    unsigned kind = (unsigned)rcci_sig_kind(sig), dtype = sig[5], redop = sig[6], algo = sig[7];
     int32_t root = (int32_t)(uint32_t)rcci_get_le(sig + 8, 4);
     unsigned long long count = (unsigned long long)rcci_get_le(sig + 16, 8);
     size_t n = 0;

@@ -404,11 +404,11 @@ static void *progress_main(void *arg)
         if (!any) {
             const rcci_op_t *coll = NULL;
             for (int i = 0; i < nact; i++) {
-                rcci_watch_stall(comm, act[i].op, act[i].exec);
+                rcci_watch_stall(comm, act[i].op, act[i].exec, now);
                 if (act[i].op->coll != RCCI_COLL_P2P || act[i].op->alltoalls)
                     coll = act[i].op;
             }
-            rcc_result_t res = rcci_watch_strays(comm, coll, now - quiet_since);
+            rcc_result_t res = rcci_watch_strays(comm, coll, now, now - quiet_since);
             if (res != RCC_SUCCESS) {
                 progress_fail_all(comm, act, &nact, res);
                 continue;
@@ -499,8 +499,8 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
             idle_since = quiet_since = now;
             continue;
         }
-        rcci_watch_stall(comm, op, exec);
-        res = rcci_watch_strays(comm, op, now - quiet_since);
+        rcci_watch_stall(comm, op, exec, now);
+        res = rcci_watch_strays(comm, op, now, now - quiet_since);
         if (res != RCC_SUCCESS)
             break;
         if (budget < 0)

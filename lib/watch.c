@@ -16,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "byteorder.h"
-#include "clock.h"
 #include "comm.h"
 #include "log.h"
 #include "params.h"
@@ -26,7 +24,23 @@
 #define WATCH_EVERY_NS (100ll * 1000000)    /* and then at most this often */
 #define ANNOUNCE_AFTER_NS (200ll * 1000000) /* stalled this long: tell the neighbours */
 
-static uint32_t sig_seq(const uint8_t *sig) { return (uint32_t)rcci_get_le(sig, 4); }
+/* RCC_ERR_MISMATCH naming both calls: `peer`'s (`theirs`) and this rank's;
+ * finished: theirs belongs to an operation this rank has already ended. */
+static rcc_result_t watch_mismatch(const struct rcc_comm *comm, int peer, const uint8_t *theirs,
+                                   const uint8_t *ours, int finished)
+{
+    char peer_name[128], their_call[160], our_call[160];
+    rcci_bootstrap_peer_name(comm->bootstrap, peer, peer_name, sizeof peer_name);
+    rcci_sig_describe(theirs, their_call, sizeof their_call);
+    rcci_sig_describe(ours, our_call, sizeof our_call);
+    if (!finished)
+        return rcci_error(RCC_ERR_MISMATCH, "%s called %s while rank %d called %s", peer_name,
+                          their_call, comm->rank, our_call);
+    return rcci_error(RCC_ERR_MISMATCH,
+                      "%s sent data of %s, which rank %d had already finished as a different "
+                      "call; rank %d is now in %s",
+                      peer_name, their_call, comm->rank, comm->rank, our_call);
+}
 
 /* The stray message on `conn` from `peer`, judged against collective `op`. */
 static rcc_result_t watch_conn(struct rcc_comm *comm, const rcci_transport_t *tr, rcci_conn_t *conn,
@@ -47,22 +61,12 @@ static rcc_result_t watch_conn(struct rcc_comm *comm, const rcci_transport_t *tr
         comm->heard_valid[peer] = 1;
         return RCC_SUCCESS;
     }
-    if (theirs.sig[4] == RCCI_SIG_SENDRECV)
+    if (rcci_sig_kind(theirs.sig) == RCCI_SIG_SENDRECV)
         return RCC_SUCCESS; /* not numbered: may be received by a later call */
-    uint32_t seq = sig_seq(theirs.sig);
+    uint32_t seq = rcci_sig_seq(theirs.sig);
     if (seq > op->seq || (seq == op->seq && !memcmp(theirs.sig, ours->sig, RCCI_SIG_BYTES)))
         return RCC_SUCCESS; /* ahead of us, or this operation's own, not posted yet */
-    char peer_name[128], their_call[160], our_call[160];
-    rcci_bootstrap_peer_name(comm->bootstrap, peer, peer_name, sizeof peer_name);
-    rcci_sig_describe(theirs.sig, their_call, sizeof their_call);
-    rcci_sig_describe(ours->sig, our_call, sizeof our_call);
-    if (seq == op->seq)
-        return rcci_error(RCC_ERR_MISMATCH, "%s called %s while rank %d called %s", peer_name,
-                          their_call, comm->rank, our_call);
-    return rcci_error(RCC_ERR_MISMATCH,
-                      "%s sent data of %s, which rank %d had already finished as a different "
-                      "call; rank %d is now in %s",
-                      peer_name, their_call, comm->rank, comm->rank, our_call);
+    return watch_mismatch(comm, peer, theirs.sig, ours->sig, seq < op->seq);
 }
 
 /* The operation's tag as its messages carry it; of an alltoall (in a
@@ -96,9 +100,9 @@ static void watch_announce(struct rcc_comm *comm, const rcci_tag_t *ours)
     }
 }
 
-rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64_t idle_ns)
+rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64_t now,
+                               int64_t idle_ns)
 {
-    int64_t now = rcci_now_ns();
     if (!op || (op->coll == RCCI_COLL_P2P && !op->alltoalls) || idle_ns < WATCH_AFTER_NS ||
         now < comm->watch_next_ns)
         return RCC_SUCCESS;
@@ -136,25 +140,16 @@ rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64
                 return res;
         }
     }
-    for (int r = 0; r < comm->nranks; r++) {
-        if (!comm->heard_valid[r] || sig_seq(comm->heard[r]) != op->seq)
-            continue;
-        if (memcmp(comm->heard[r], ours.sig, RCCI_SIG_BYTES)) {
-            char peer_name[128], their_call[160], our_call[160];
-            rcci_bootstrap_peer_name(comm->bootstrap, r, peer_name, sizeof peer_name);
-            rcci_sig_describe(comm->heard[r], their_call, sizeof their_call);
-            rcci_sig_describe(ours.sig, our_call, sizeof our_call);
-            return rcci_error(RCC_ERR_MISMATCH, "%s called %s while rank %d called %s", peer_name,
-                              their_call, comm->rank, our_call);
-        }
-    }
+    for (int r = 0; r < comm->nranks; r++)
+        if (comm->heard_valid[r] && rcci_sig_seq(comm->heard[r]) == op->seq &&
+            memcmp(comm->heard[r], ours.sig, RCCI_SIG_BYTES))
+            return watch_mismatch(comm, r, comm->heard[r], ours.sig, 0);
     return RCC_SUCCESS;
 }
 
-void rcci_watch_stall(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec)
+void rcci_watch_stall(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec, int64_t now)
 {
     int64_t every = rcci_param_int(RCCI_PARAM_STALL_WARN) * 1000000000ll;
-    int64_t now = rcci_now_ns();
     rcci_op_t *w = (rcci_op_t *)op;
     if (every <= 0 || now - w->started_ns < every || now < w->stall_next_ns)
         return;

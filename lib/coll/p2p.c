@@ -345,6 +345,14 @@ static void p2p_accept_waiting(struct rcc_comm *comm)
     }
 }
 
+/* The distinct connections with peer r on a lane: out, and in when it is
+ * another (the collectives' lane shares one for both directions). */
+static void p2p_conns(const rcci_p2p_lane_t *lane, int r, rcci_conn_t *conns[2])
+{
+    conns[0] = lane->out[r];
+    conns[1] = lane->in[r] != lane->out[r] ? lane->in[r] : NULL;
+}
+
 /* The first failure a probe of the point-to-point connections finds; with
  * notices_only, the first that is not a plain loss (a peer's notice). */
 static rcc_result_t p2p_probe_all(struct rcc_comm *comm, int notices_only)
@@ -353,8 +361,8 @@ static rcc_result_t p2p_probe_all(struct rcc_comm *comm, int notices_only)
     for (int l = 0; l < RCCI_P2P_LANES; l++) {
         rcci_p2p_lane_t *lane = &p->lane[l];
         for (int r = 0; r < comm->nranks && lane->out; r++) {
-            rcci_conn_t *conns[2] = {lane->out[r],
-                                     lane->in[r] != lane->out[r] ? lane->in[r] : NULL};
+            rcci_conn_t *conns[2];
+            p2p_conns(lane, r, conns);
             for (int i = 0; i < 2; i++) {
                 rcc_result_t res = conns[i] ? p->tr->probe(conns[i]) : RCC_SUCCESS;
                 if (res == RCC_SUCCESS || (notices_only && res == RCC_ERR_PEER_LOST))
@@ -379,10 +387,11 @@ void rcci_p2p_notify(struct rcc_comm *comm, rcc_result_t res, const char *text)
     for (int l = 0; l < RCCI_P2P_LANES; l++) {
         rcci_p2p_lane_t *lane = &p->lane[l];
         for (int r = 0; r < comm->nranks && lane->out; r++) {
-            if (lane->out[r])
-                p->tr->notify(lane->out[r], res, text);
-            if (lane->in[r] && lane->in[r] != lane->out[r])
-                p->tr->notify(lane->in[r], res, text);
+            rcci_conn_t *conns[2];
+            p2p_conns(lane, r, conns);
+            for (int i = 0; i < 2; i++)
+                if (conns[i])
+                    p->tr->notify(conns[i], res, text);
         }
     }
 }
@@ -393,10 +402,11 @@ void rcci_p2p_close(struct rcc_comm *comm)
     for (int l = 0; l < RCCI_P2P_LANES; l++) {
         rcci_p2p_lane_t *lane = &p->lane[l];
         for (int r = 0; r < comm->nranks && lane->out; r++) {
-            if (lane->out[r])
-                p->tr->close(lane->out[r]);
-            if (lane->in[r] && lane->in[r] != lane->out[r])
-                p->tr->close(lane->in[r]);
+            rcci_conn_t *conns[2];
+            p2p_conns(lane, r, conns);
+            for (int i = 0; i < 2; i++)
+                if (conns[i])
+                    p->tr->close(conns[i]);
             lane->out[r] = lane->in[r] = NULL;
         }
     }
