@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests tools/netlab: labs come up shaped, run ranks (3 and 5: odd rings),
-# pass failures and timeouts on, and leave nothing behind, also when stopped.
+# pass failures and timeouts on, and leave nothing behind, also when stopped;
+# a job whose cable is pulled fails on every rank, naming the rank cut off.
 #
 #   test_netlab.sh /path/to/tools/netlab /path/to/ringcc-perf
 #
@@ -20,7 +21,8 @@ if ! why=$("$NETLAB" check 2>&1); then
 fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_netlab.XXXXXX")
 LAB=tnl$$
-trap '"$NETLAB" down "$LAB" 2>/dev/null; rm -rf "$TMP"' EXIT
+LINKLAB=tnlk$$
+trap '"$NETLAB" down "$LAB" 2>/dev/null; "$NETLAB" down "$LINKLAB" 2>/dev/null; rm -rf "$TMP"' EXIT
 failed=()
 
 check() { # NAME COMMAND... : passes when the command succeeds
@@ -108,7 +110,53 @@ check "list shows the lab" sh -c "'$NETLAB' list | grep -q '^$LAB: 3 ranks'"
 check "down" "$NETLAB" down "$LAB"
 check "... removes everything" lab_gone "$lnum"
 
-# 5. Bad input: a clear message and status 2, nothing made.
+# 5. A cable pulled in the middle of a job: rank 2's switch port goes down,
+#    so nothing (no reset, no notice) reaches anyone across it: the
+#    silent-peer path. Every rank must fail within the job's timeout
+#    (RCC_TIMEOUT=3) and a margin, the others naming rank 2, and nothing may
+#    be left running in the lab.
+pulled_names() { # LOG RANK...: the failure line in LOG names one of the ranks
+    local log=$1 line
+    shift
+    line=$(grep -m 1 'failed: ' "$log") || return 1
+    echo "  $(basename "$log"): $line"
+    for r in "$@"; do
+        grep -q "rank $r\b" <<<"$line" && return 0
+    done
+    return 1
+}
+lab_empty() { # LAB_NUM N: no process left in any rank's namespace
+    local i
+    for ((i = 0; i < $2; i++)); do
+        [[ -z $(ip netns pids "nl$1-$i" 2>/dev/null) ]] || return 1
+    done
+}
+if check "up (4 ranks, 1gbit) for the cable test" "$NETLAB" up -n 4 -r 1gbit "$LINKLAB"; then
+    knum=$(sed -nE 's/^lab_num=([0-9]+)$/\1/p' "/run/netlab/$LINKLAB")
+    "$NETLAB" run -L "$LINKLAB" -t 120 -o "$TMP/cable" -- \
+        env RCC_TIMEOUT=3 "$PERF" -b 256K -e 256K -n 1000000 -w 1 >"$TMP/cable.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do grep -q "^# minBytes" "$TMP/cable/rank0.log" 2>/dev/null && break; sleep 0.1; done
+    sleep 1
+    "$NETLAB" link "$LINKLAB" 2 down
+    pulled=$(date +%s.%N)
+    wait "$pid"
+    st=$?
+    took=$(awk -v a="$pulled" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')
+    echo "  the job ended with status $st, $took s after the cable was pulled"
+    check "a pulled cable fails the job" test "$st" -ne 0
+    check "... within the 3 s timeout and a margin (took $took s)" \
+        awk -v t="$took" 'BEGIN {exit !(t <= 10)}'
+    for r in 0 1 3; do
+        check "... rank $r's error names rank 2" pulled_names "$TMP/cable/rank$r.log" 2
+    done
+    check "... rank 2's error names another rank" pulled_names "$TMP/cable/rank2.log" 0 1 3
+    check "... and no process is left in the lab" lab_empty "$knum" 4
+    "$NETLAB" link "$LINKLAB" 2 up
+    check "down (the cable lab)" "$NETLAB" down "$LINKLAB"
+fi
+
+# 6. Bad input: a clear message and status 2, nothing made.
 "$NETLAB" up -n 0 "$LAB" >"$TMP/bad1" 2>&1
 check "-n 0 is refused" test $? -eq 2
 check "... with a message naming it" grep -q "bad rank count '0'" "$TMP/bad1"
