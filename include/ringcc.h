@@ -173,7 +173,12 @@ RCC_API rcc_result_t rcc_comm_init_env(rcc_comm_t *comm, const rcc_config_t *con
 /* Waits (bounded by the timeout) for this rank's queued operations to finish,
  * closes connections, stops the progress thread and frees the communicator.
  * Not collective, but peers still running operations with this rank will see
- * it leave. `comm` must not be used by any thread afterwards.
+ * it leave. `comm` must not be used by any thread afterwards; where that
+ * can be detected (ringcc keeps a list of live communicators and refuses
+ * others by pointer, without touching freed memory; a new communicator may
+ * reuse the address), a later call, a second destroy or an abort of it
+ * fails with RCC_ERR_INVALID_ARGUMENT ("not a live communicator") and
+ * rcc_last_error(comm) returns the thread's last error.
  * NULL is accepted and ignored. Returns the first error of the drain, if any;
  * the communicator is freed either way. */
 RCC_API rcc_result_t rcc_comm_destroy(rcc_comm_t comm);

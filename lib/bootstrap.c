@@ -1,10 +1,13 @@
 /* Rendezvous at a root, then a ring of control sockets between the ranks. */
 #include "bootstrap.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -19,6 +22,15 @@
 #define ROOT_GRACE_NS (10ll * 1000000000) /* ranks wait this much beyond the root's deadline */
 #define REPLY_SEND_NS (5ll * 1000000000)
 #define MAX_RANKS RCCI_BOOTSTRAP_MAX_RANKS
+/* Each allgather step's message: kind u32, length u32, then the block; or,
+ * from a rank whose set-up failed, the origin of the failure (u32 rank) and
+ * its text, so that every rank names the cause rather than the neighbour
+ * that closed its socket (the notice travels round the ring). */
+#define BS_MSG_HEAD 8
+#define BS_MSG_BLOCK 0x4b4c4252u  /* "RBLK" */
+#define BS_MSG_FAILED 0x4c494652u /* "RFIL" */
+#define BS_NOTICE_TEXT 400
+#define BS_NOTICE_NS (1000ll * 1000000) /* for the rest of a notice already sent */
 
 struct rcci_bootstrap {
     int rank, nranks;
@@ -30,6 +42,9 @@ struct rcci_bootstrap {
     rcci_addr_t *peers; /* every rank's bootstrap listen address */
     uint8_t secret[RCCI_SOCK_SECRET_BYTES];
     uint64_t comm_id;
+    int out_cut;     /* a message to next was cut short, or a notice went: send nothing more */
+    int failed_rank; /* where the failure a notice told of began; -1 when none came */
+    char failed_text[BS_NOTICE_TEXT];
 };
 
 /* ---- fixed-layout encodings ---------------------------------------------- */
@@ -358,6 +373,7 @@ static rcc_result_t bs_new(int rank, int nranks, int64_t timeout_ns, const uint8
                              .nranks = nranks,
                              .timeout_ns = timeout_ns,
                              .next_fd = -1,
+                             .failed_rank = -1,
                              .prev_fd = -1,
                              .comm_id = comm_id};
     memcpy(bs->secret, secret, sizeof bs->secret);
@@ -436,8 +452,10 @@ rcc_result_t rcci_bootstrap_split(rcci_bootstrap_t *parent, int color, int key, 
     *child = bs;
     bs = NULL;
 out:
-    if (res != RCC_SUCCESS)
+    if (res != RCC_SUCCESS) {
+        rcci_bootstrap_fail(bs, rcci_tls_cause());
         rcci_error_prefix("splitting (color %d, key %d): ", color, key);
+    }
     rcci_bootstrap_destroy(bs);
     free(table);
     free(order);
@@ -464,27 +482,135 @@ rcc_result_t rcci_bootstrap_init(const rcci_id_t *id, int rank, int nranks, int6
     RCC_CHECK(bs_connect_ring(bs, deadline));
     *out = bs;
 out:
-    if (res != RCC_SUCCESS)
+    if (res != RCC_SUCCESS) {
+        rcci_bootstrap_fail(bs, rcci_tls_cause());
         rcci_bootstrap_destroy(bs);
+    }
     return res;
+}
+
+/* Reads the rest of a failure notice from the previous rank (`got` bytes of
+ * it are in `in`, which holds BS_MSG_HEAD + 4 + BS_NOTICE_TEXT) and fails
+ * with what it says. */
+static rcc_result_t bs_read_notice(rcci_bootstrap_t *bs, uint8_t *in, size_t got)
+{
+    int prev = (bs->rank + bs->nranks - 1) % bs->nranks;
+    uint32_t len = bs_get32(in + 4);
+    if (len < 4 || len > 4 + BS_NOTICE_TEXT - 1)
+        return rcci_error(RCC_ERR_PEER_LOST, "rank %d failed (its notice is malformed)", prev);
+    if (got < BS_MSG_HEAD + len &&
+        rcci_sock_recv_all(bs->prev_fd, in + got, BS_MSG_HEAD + len - got,
+                           rcci_now_ns() + BS_NOTICE_NS) != RCC_SUCCESS)
+        return rcci_error(RCC_ERR_PEER_LOST, "rank %d failed (its notice was cut short)", prev);
+    uint32_t origin = bs_get32(in + BS_MSG_HEAD);
+    if (origin >= (uint32_t)bs->nranks)
+        origin = (uint32_t)prev;
+    size_t n = len - 4;
+    for (size_t i = 0; i < n; i++) { /* a proven peer's text, printed: printable only */
+        char c = (char)in[BS_MSG_HEAD + 4 + i];
+        bs->failed_text[i] = c >= 0x20 && c < 0x7f ? c : '?';
+    }
+    bs->failed_text[n] = '\0';
+    bs->failed_rank = (int)origin;
+    return rcci_error(RCC_ERR_PEER_LOST, "rank %d failed: %s", bs->failed_rank, bs->failed_text);
 }
 
 rcc_result_t rcci_bootstrap_allgather(rcci_bootstrap_t *bs, void *data, size_t block)
 {
+    rcc_result_t res = RCC_SUCCESS;
     int n = bs->nranks, r = bs->rank;
     int64_t deadline = rcci_now_ns() + bs->timeout_ns;
+    size_t msg = BS_MSG_HEAD + block, notice = BS_MSG_HEAD + 4 + BS_NOTICE_TEXT;
+    uint8_t *out = malloc(msg), *in = malloc(msg > notice ? msg : notice);
+    if (!out || !in)
+        RCC_FAIL(RCC_ERR_NO_MEMORY, "bootstrap messages of %zu bytes", msg);
+    if (bs->out_cut)
+        RCC_FAIL(RCC_ERR_INVALID_USAGE, "the bootstrap ring failed earlier");
     for (int step = 0; step < n - 1; step++) {
         int send_block = (r - step + n) % n, recv_block = (r - step - 1 + n) % n;
-        rcc_result_t res = rcci_sock_sendrecv(
-            bs->next_fd, (char *)data + (size_t)send_block * block, block, bs->prev_fd,
-            (char *)data + (size_t)recv_block * block, block, deadline);
+        bs_put32(out, BS_MSG_BLOCK);
+        bs_put32(out + 4, (uint32_t)block);
+        memcpy(out + BS_MSG_HEAD, (char *)data + (size_t)send_block * block, block);
+        size_t sent = 0, got = 0;
+        res = rcci_sock_exchange(bs->next_fd, out, msg, bs->prev_fd, in, msg, deadline, &sent,
+                                 &got);
+        if (got >= BS_MSG_HEAD && bs_get32(in) == BS_MSG_FAILED) {
+            if (sent < msg) { /* finish the message so that the notice can follow it */
+                int64_t soon = rcci_now_ns() + BS_NOTICE_NS;
+                if (rcci_sock_send_all(bs->next_fd, out + sent, msg - sent, soon) != RCC_SUCCESS)
+                    bs->out_cut = 1;
+            }
+            res = bs_read_notice(bs, in, got);
+        } else if (res != RCC_SUCCESS) {
+            /* A new error, not a prefix: the peer belongs in the cause
+             * that a notice tells the other ranks. */
+            int receiving = got < msg && sent == msg;
+            char why[256];
+            snprintf(why, sizeof why, "%s", rcci_tls_error());
+            bs->out_cut = sent < msg;
+            res = rcci_error(res, "%s rank %d: %s", receiving ? "receiving from" : "sending to",
+                             receiving ? (r + n - 1) % n : (r + 1) % n, why);
+        } else if (bs_get32(in) != BS_MSG_BLOCK || bs_get32(in + 4) != block) {
+            bs->out_cut = 1;
+            res = rcci_error(RCC_ERR_INTERNAL,
+                             "rank %d sent a message of kind %08x and length %u where a block of "
+                             "%zu bytes belonged (are all ranks the same ringcc version?)",
+                             (r + n - 1) % n, bs_get32(in), bs_get32(in + 4), block);
+        } else {
+            memcpy((char *)data + (size_t)recv_block * block, in + BS_MSG_HEAD, block);
+        }
         if (res != RCC_SUCCESS) {
-            rcci_error_prefix("bootstrap allgather step %d (next rank %d, previous rank %d): ",
-                              step, (r + 1) % n, (r + n - 1) % n);
-            return res;
+            rcci_error_prefix("bootstrap allgather step %d: ", step);
+            break;
         }
     }
+out:
+    free(out);
+    free(in);
+    return res;
+}
+
+rcc_result_t rcci_bootstrap_check(rcci_bootstrap_t *bs)
+{
+    if (bs->nranks < 2 || bs->next_fd < 0 || bs->prev_fd < 0)
+        return RCC_SUCCESS;
+    int n = bs->nranks, next = (bs->rank + 1) % n, prev = (bs->rank + n - 1) % n;
+    /* Nothing ever comes from the next rank: readable means it is gone. */
+    struct pollfd p[2] = {{.fd = bs->next_fd, .events = POLLIN}, {.fd = bs->prev_fd, .events = POLLIN}};
+    if (poll(p, 2, 0) <= 0)
+        return RCC_SUCCESS;
+    if (p[1].revents) { /* a notice, or the previous rank's next message */
+        uint8_t in[BS_MSG_HEAD + 4 + BS_NOTICE_TEXT];
+        ssize_t got = recv(bs->prev_fd, in, BS_MSG_HEAD, MSG_PEEK | MSG_DONTWAIT);
+        if (got == BS_MSG_HEAD && bs_get32(in) == BS_MSG_FAILED) {
+            got = recv(bs->prev_fd, in, sizeof in, MSG_DONTWAIT);
+            return bs_read_notice(bs, in, got > 0 ? (size_t)got : 0);
+        }
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
+            return rcci_error(RCC_ERR_PEER_LOST, "rank %d left the bootstrap ring", prev);
+    }
+    if (p[0].revents)
+        return rcci_error(RCC_ERR_PEER_LOST, "rank %d left the bootstrap ring", next);
     return RCC_SUCCESS;
+}
+
+void rcci_bootstrap_fail(rcci_bootstrap_t *bs, const char *why)
+{
+    if (!bs || bs->nranks < 2 || bs->next_fd < 0 || bs->out_cut)
+        return;
+    int origin = bs->failed_rank >= 0 ? bs->failed_rank : bs->rank;
+    const char *text = bs->failed_rank >= 0 ? bs->failed_text : why ? why : "";
+    size_t len = strnlen(text, BS_NOTICE_TEXT - 1);
+    uint8_t msg[BS_MSG_HEAD + 4 + BS_NOTICE_TEXT];
+    bs_put32(msg, BS_MSG_FAILED);
+    bs_put32(msg + 4, (uint32_t)(4 + len));
+    bs_put32(msg + BS_MSG_HEAD, (uint32_t)origin);
+    memcpy(msg + BS_MSG_HEAD + 4, text, len);
+    /* Best effort and at once: a few hundred bytes fit any socket buffer,
+     * and a rank that is failing waits for nobody. */
+    ssize_t w = send(bs->next_fd, msg, BS_MSG_HEAD + 4 + len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;
+    bs->out_cut = 1;
 }
 
 rcc_result_t rcci_bootstrap_barrier(rcci_bootstrap_t *bs)

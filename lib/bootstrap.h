@@ -51,6 +51,19 @@ uint64_t rcci_bootstrap_comm_id(const rcci_bootstrap_t *bs);
  * rank) is sent, the others are filled. Collective over the bootstrap ring. */
 rcc_result_t rcci_bootstrap_allgather(rcci_bootstrap_t *bs, void *data, size_t block);
 rcc_result_t rcci_bootstrap_barrier(rcci_bootstrap_t *bs);
+/* Without waiting: whether a ring neighbour failed (its notice arrived:
+ * RCC_ERR_PEER_LOST with the origin and text) or left (its socket closed).
+ * For a rank waiting on something else during set-up (a transport's
+ * accept), so that it need not wait out the whole timeout. */
+rcc_result_t rcci_bootstrap_check(rcci_bootstrap_t *bs);
+/* Tells the next rank, at once and without waiting, that this rank's set-up
+ * failed and why (`why`: the cause; or, when this rank failed on a notice
+ * itself, that notice's origin and text), so that every rank's allgather
+ * fails naming where the failure began, not the neighbour that closed.
+ * Call before destroying a bootstrap whose job failed; NULL is ignored.
+ * The bootstrap's allgathers fail afterwards. Does not touch the thread's
+ * error text. */
+void rcci_bootstrap_fail(rcci_bootstrap_t *bs, const char *why);
 /* The address this rank chose to listen on (port 0) and its interface. */
 const rcci_addr_t *rcci_bootstrap_local_addr(const rcci_bootstrap_t *bs);
 const char *rcci_bootstrap_ifname(const rcci_bootstrap_t *bs);

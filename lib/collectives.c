@@ -152,8 +152,11 @@ static rcc_result_t coll_enter(const char *name, struct rcc_comm *comm, rcc_requ
                                int nonblocking)
 {
     rcci_tls_error_clear();
-    if (!comm)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "%s: comm is NULL", name);
+    if (req)
+        *req = NULL;
+    rcc_result_t live = rcci_live_check(comm, name);
+    if (live != RCC_SUCCESS)
+        return live;
     if (nonblocking && !req) {
         rcci_comm_enter(comm); /* so that rcc_last_error(comm) tells it too */
         return rcci_comm_leave(comm, rcci_error(RCC_ERR_INVALID_ARGUMENT,

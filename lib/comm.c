@@ -18,6 +18,7 @@
 #include "rcc_config.h"
 
 #define COMM_MAX_TRANSPORTS 8
+#define COMM_SETUP_SLICE_NS (50ll * 1000000) /* accept waits between bootstrap checks */
 
 /* The bootstrap's secret is handed to the transports as it is. */
 _Static_assert(RCCI_SECRET_BYTES == RCCI_SOCK_SECRET_BYTES, "one job secret size");
@@ -239,7 +240,18 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     RCC_CHECK(comm->send_link.tr->connect(comm->send_link.tctx,
                                           handles + (size_t)next * RCCI_HANDLE_BYTES, 0, deadline,
                                           &comm->send_link.conn));
-    RCC_CHECK(comm->recv_link.tr->accept(listener, prev, 0, deadline, &comm->recv_link.conn));
+    /* In slices: between them the bootstrap ring tells whether a rank
+     * failed or left meanwhile, rather than waiting out the timeout. */
+    for (;;) {
+        int64_t slice = rcci_now_ns() + COMM_SETUP_SLICE_NS;
+        res = comm->recv_link.tr->accept(listener, prev, 0, slice < deadline ? slice : deadline,
+                                         &comm->recv_link.conn);
+        if (res != RCC_ERR_TIMEOUT || slice >= deadline)
+            break;
+        RCC_CHECK(rcci_bootstrap_check(comm->bootstrap));
+    }
+    if (res != RCC_SUCCESS)
+        goto out;
     char nname[128], pname[128];
     rcci_bootstrap_peer_name(comm->bootstrap, next, nname, sizeof nname);
     rcci_bootstrap_peer_name(comm->bootstrap, prev, pname, sizeof pname);
@@ -382,9 +394,12 @@ static rcc_result_t comm_init(rcc_comm_t *out, int nranks, const rcci_id_t *id, 
     RCC_CHECK(rcci_bootstrap_init(id, rank, nranks, comm->timeout_ns,
                                   rcci_param_str(RCCI_PARAM_SOCKET_IFNAME), &comm->bootstrap));
     RCC_CHECK(comm_setup(comm));
+    rcci_live_add(comm);
     *out = comm;
     return RCC_SUCCESS;
 out:
+    if (comm)
+        rcci_bootstrap_fail(comm->bootstrap, rcci_tls_cause());
     rcci_error_prefix("rank %d of %d: ", rank, nranks);
     comm_discard(comm);
     return res;
@@ -396,9 +411,12 @@ rcc_result_t rcc_comm_split(rcc_comm_t parent, int color, int key, rcc_comm_t *n
     struct rcc_comm *comm = NULL;
     rcci_bootstrap_t *child = NULL;
     rcci_tls_error_clear();
-    if (!parent || !newcomm)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_split: %s is NULL",
-                          parent ? "newcomm" : "comm");
+    if (!newcomm)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_split: newcomm is NULL");
+    *newcomm = NULL;
+    res = rcci_live_check(parent, "rcc_comm_split");
+    if (res != RCC_SUCCESS)
+        return res;
     if (color < RCC_SPLIT_NOCOLOR)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT,
                           "rcc_comm_split: color %d is negative (RCC_SPLIT_NOCOLOR is %d)", color,
@@ -420,9 +438,14 @@ rcc_result_t rcc_comm_split(rcc_comm_t parent, int color, int key, rcc_comm_t *n
     comm->bootstrap = child;
     child = NULL;
     RCC_CHECK(comm_setup(comm));
+    rcci_live_add(comm);
     *newcomm = comm;
     comm = NULL;
 out:
+    if (res != RCC_SUCCESS) {
+        rcci_bootstrap_fail(child, rcci_tls_cause());
+        rcci_bootstrap_fail(comm ? comm->bootstrap : NULL, rcci_tls_cause());
+    }
     rcci_bootstrap_destroy(child);
     comm_discard(comm);
     rcci_log_set_rank(parent->rank);
@@ -602,6 +625,8 @@ rcc_result_t rcc_comm_destroy(rcc_comm_t comm)
 {
     if (!comm)
         return RCC_SUCCESS;
+    if (!rcci_live_remove(comm))
+        return rcci_live_check(comm, "rcc_comm_destroy");
     rcci_progress_stop(comm); /* runs queued operations to their end first */
     comm_free(comm);
     return RCC_SUCCESS;
@@ -611,6 +636,8 @@ rcc_result_t rcc_comm_abort(rcc_comm_t comm)
 {
     if (!comm)
         return RCC_SUCCESS;
+    if (!rcci_live_remove(comm))
+        return rcci_live_check(comm, "rcc_comm_abort");
     rcci_progress_abort(comm);
     /* Callers blocked in an operation return RCC_ERR_ABORTED before the memory
      * goes; the progress thread ends their operations promptly. */
@@ -632,27 +659,28 @@ rcc_result_t rcc_comm_abort(rcc_comm_t comm)
 
 rcc_result_t rcc_comm_rank(const rcc_comm_t comm, int *rank)
 {
-    if (!comm || !rank)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_rank: NULL %s",
-                          comm ? "rank" : "comm");
+    if (!rank || !rcci_live(comm))
+        return rank ? rcci_live_check(comm, "rcc_comm_rank")
+                    : rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_rank: rank is NULL");
     *rank = comm->rank;
     return RCC_SUCCESS;
 }
 
 rcc_result_t rcc_comm_size(const rcc_comm_t comm, int *size)
 {
-    if (!comm || !size)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_size: NULL %s",
-                          comm ? "size" : "comm");
+    if (!size || !rcci_live(comm))
+        return size ? rcci_live_check(comm, "rcc_comm_size")
+                    : rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_size: size is NULL");
     *size = comm->nranks;
     return RCC_SUCCESS;
 }
 
 rcc_result_t rcc_comm_get_async_error(rcc_comm_t comm, rcc_result_t *async_error)
 {
-    if (!comm || !async_error)
-        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_get_async_error: NULL %s",
-                          comm ? "async_error" : "comm");
+    if (!async_error || !rcci_live(comm))
+        return async_error ? rcci_live_check(comm, "rcc_comm_get_async_error")
+                           : rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                                        "rcc_comm_get_async_error: async_error is NULL");
     *async_error = rcci_progress_health(comm);
     if (*async_error != RCC_SUCCESS) {
         pthread_mutex_lock(&comm->lock);
@@ -662,7 +690,12 @@ rcc_result_t rcc_comm_get_async_error(rcc_comm_t comm, rcc_result_t *async_error
     return RCC_SUCCESS;
 }
 
-const char *rcc_last_error(rcc_comm_t comm) { return comm ? comm->last_error : rcci_tls_error(); }
+/* A communicator that is not live has no text of its own: the thread's
+ * last error (which says so, after a refused call) stands in. */
+const char *rcc_last_error(rcc_comm_t comm)
+{
+    return comm && rcci_live(comm) ? comm->last_error : rcci_tls_error();
+}
 
 rcc_result_t rcci_comm_enter(struct rcc_comm *comm)
 {

@@ -109,6 +109,7 @@ typedef struct {
 } rcci_link_t;
 
 struct rcc_comm {
+    struct rcc_comm *live_next; /* live.c's list */
     int rank, nranks;
     uint64_t comm_id;
     int64_t timeout_ns;
@@ -169,6 +170,17 @@ int rcci_group_active(void);
 rcc_result_t rcci_group_add(struct rcc_comm *comm, rcci_op_t *op, rcc_request_t owned);
 /* Unpacks a fused operation's result into its members and completes them. */
 void rcci_group_complete_fused(rcci_op_t *fused, rcc_result_t res);
+
+/* Communicators handed to the application and not yet destroyed (live.c),
+ * so that a call on a destroyed one is refused by its pointer, without
+ * touching freed memory ("where detectable": a new communicator may reuse
+ * the address). add: when init/split hands it out; remove: at the start of
+ * destroy/abort (0: it was not live). check: RCC_ERR_INVALID_ARGUMENT
+ * naming `fn` for NULL or a communicator that is not live. */
+void rcci_live_add(struct rcc_comm *comm);
+int rcci_live_remove(const struct rcc_comm *comm);
+int rcci_live(const struct rcc_comm *comm);
+rcc_result_t rcci_live_check(const struct rcc_comm *comm, const char *fn);
 
 /* Brackets every public call on a communicator: abort waits for callers to
  * leave; leave records a failure as the communicator's last error. */

@@ -324,11 +324,12 @@ rcc_result_t rcci_sock_connect(const rcci_addr_t *addr, int64_t deadline_ns, int
     }
 }
 
-rcc_result_t rcci_sock_sendrecv(int out_fd, const void *sbuf, size_t slen, int in_fd, void *rbuf,
-                                size_t rlen, int64_t deadline_ns)
+rcc_result_t rcci_sock_exchange(int out_fd, const void *sbuf, size_t slen, int in_fd, void *rbuf,
+                                size_t rlen, int64_t deadline_ns, size_t *sent_out, size_t *got_out)
 {
     size_t sent = 0, got = 0;
-    while (sent < slen || got < rlen) {
+    rcc_result_t res = RCC_SUCCESS;
+    while (res == RCC_SUCCESS && (sent < slen || got < rlen)) {
         struct pollfd p[2];
         int n = 0, si = -1, ri = -1;
         if (sent < slen) {
@@ -340,39 +341,53 @@ rcc_result_t rcci_sock_sendrecv(int out_fd, const void *sbuf, size_t slen, int i
             p[n++] = (struct pollfd){.fd = in_fd, .events = POLLIN};
         }
         int ms = rcci_ms_until(deadline_ns, 1000);
-        if (ms == 0 && rcci_now_ns() >= deadline_ns)
-            return rcci_error(RCC_ERR_TIMEOUT,
-                              "socket exchange timed out (%zu/%zu bytes sent, "
-                              "%zu/%zu received)",
-                              sent, slen, got, rlen);
+        if (ms == 0 && rcci_now_ns() >= deadline_ns) {
+            res = rcci_error(RCC_ERR_TIMEOUT,
+                             "socket exchange timed out (%zu/%zu bytes sent, "
+                             "%zu/%zu received)",
+                             sent, slen, got, rlen);
+            break;
+        }
         int rc = poll(p, (nfds_t)n, ms);
         if (rc < 0 && errno != EINTR)
-            return rcci_error_errno(RCC_ERR_SYSTEM, errno, "poll");
+            res = rcci_error_errno(RCC_ERR_SYSTEM, errno, "poll");
         if (rc <= 0)
             continue;
         if (si >= 0 && p[si].revents) {
             ssize_t w =
                 send(out_fd, (const char *)sbuf + sent, slen - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (w < 0 && errno != EAGAIN && errno != EINTR)
-                return rcci_error_errno(errno == EPIPE || errno == ECONNRESET ? RCC_ERR_PEER_LOST
-                                                                              : RCC_ERR_SYSTEM,
-                                        errno, "send");
+                res = rcci_error_errno(errno == EPIPE || errno == ECONNRESET ? RCC_ERR_PEER_LOST
+                                                                             : RCC_ERR_SYSTEM,
+                                       errno, "send");
             if (w > 0)
                 sent += (size_t)w;
         }
+        /* Read what arrived even after a failed send: it may say why. */
         if (ri >= 0 && p[ri].revents) {
             ssize_t r = recv(in_fd, (char *)rbuf + got, rlen - got, MSG_DONTWAIT);
-            if (r == 0)
-                return rcci_error(RCC_ERR_PEER_LOST, "connection closed by the peer");
-            if (r < 0 && errno != EAGAIN && errno != EINTR)
-                return rcci_error_errno(errno == ECONNRESET ? RCC_ERR_PEER_LOST : RCC_ERR_SYSTEM,
-                                        errno, "recv");
+            if (r == 0 && res == RCC_SUCCESS)
+                res = rcci_error(RCC_ERR_PEER_LOST, "connection closed by the peer");
+            if (r < 0 && errno != EAGAIN && errno != EINTR && res == RCC_SUCCESS)
+                res = rcci_error_errno(errno == ECONNRESET ? RCC_ERR_PEER_LOST : RCC_ERR_SYSTEM,
+                                       errno, "recv");
             if (r > 0)
                 got += (size_t)r;
         }
     }
-    return RCC_SUCCESS;
+    if (sent_out)
+        *sent_out = sent;
+    if (got_out)
+        *got_out = got;
+    return res;
 }
+
+rcc_result_t rcci_sock_sendrecv(int out_fd, const void *sbuf, size_t slen, int in_fd, void *rbuf,
+                                size_t rlen, int64_t deadline_ns)
+{
+    return rcci_sock_exchange(out_fd, sbuf, slen, in_fd, rbuf, rlen, deadline_ns, NULL, NULL);
+}
+
 
 rcc_result_t rcci_sock_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns)
 {

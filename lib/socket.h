@@ -61,6 +61,10 @@ rcc_result_t rcci_sock_recv_all(int fd, void *buf, size_t len, int64_t deadline_
  * both sides send first). */
 rcc_result_t rcci_sock_sendrecv(int out_fd, const void *sbuf, size_t slen, int in_fd, void *rbuf,
                                 size_t rlen, int64_t deadline_ns);
+/* The same, telling how many bytes went out and came in (also on failure:
+ * what arrived before a peer closed may say why it did). */
+rcc_result_t rcci_sock_exchange(int out_fd, const void *sbuf, size_t slen, int in_fd, void *rbuf,
+                                size_t rlen, int64_t deadline_ns, size_t *sent, size_t *got);
 rcc_result_t rcci_sock_set_nonblocking(int fd, int on);
 
 /* The first bytes on every ringcc connection. Fixed little-endian layout. */

@@ -169,11 +169,14 @@ static rcc_result_t p2p_ring_alive(struct rcc_comm *comm)
 {
     rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
     for (int i = 0; i < 2; i++) {
-        if (links[i]->conn && links[i]->tr->probe(links[i]->conn) != RCC_SUCCESS) {
+        rcc_result_t res = links[i]->conn ? links[i]->tr->probe(links[i]->conn) : RCC_SUCCESS;
+        if (res != RCC_SUCCESS) {
+            /* The probe's text says whether the neighbour told why (its
+             * notice names the cause) or just went: keep it. */
             char peer[128];
             rcci_bootstrap_peer_name(comm->bootstrap, links[i]->peer, peer, sizeof peer);
-            return rcci_error(RCC_ERR_PEER_LOST,
-                              "%s closed its ring connection (it failed, or saw a failure)", peer);
+            rcci_error_prefix("the ring connection with %s failed: ", peer);
+            return res;
         }
     }
     return RCC_SUCCESS;
@@ -280,7 +283,7 @@ again:
             i++;
         rcc_result_t res = rcci_error(RCC_ERR_TIMEOUT,
                                       "no progress for %.0f s (the peer did not "
-                                      "post the matching call)",
+                                      "post the matching call, stalled, or is cut off)",
                                       comm->timeout_ns / 1e9);
         return p2p_fail(comm, x, res, i);
     }

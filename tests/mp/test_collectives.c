@@ -878,7 +878,27 @@ static int rank_bad_args(int rank, int n, void *arg)
             return 1;
         bad |= r;
     }
-    return td_finish(comm, bad);
+    if (td_finish(comm, bad))
+        return 1;
+
+    /* A destroyed communicator is refused, by every kind of call, without
+     * touching its freed memory (ASan and memcheck runs would report it). */
+    rcc_comm_t dead = comm;
+    int dsize = 0;
+    rcc_result_t async = RCC_SUCCESS;
+    rcc_comm_t child = NULL;
+    rcc_request_t dreq = NULL;
+    EXPECT_INVALID(rcc_allreduce(buf, buf, 4, RCC_FLOAT32, RCC_SUM, dead), "not a live");
+    EXPECT_INVALID(rcc_iallgather(buf, buf + 128, 4, RCC_FLOAT32, dead, &dreq), "not a live");
+    EXPECT_INVALID(rcc_send(buf, 4, RCC_FLOAT32, 0, dead), "not a live");
+    EXPECT_INVALID(rcc_comm_size(dead, &dsize), "not a live");
+    EXPECT_INVALID(rcc_comm_get_async_error(dead, &async), "not a live");
+    EXPECT_INVALID(rcc_comm_split(dead, 0, 0, &child), "not a live");
+    EXPECT_INVALID(rcc_comm_destroy(dead), "rcc_comm_destroy");
+    EXPECT_INVALID(rcc_comm_abort(dead), "rcc_comm_abort");
+    if (dreq || child)
+        MP_FAIL("rank %d: a refused call on a destroyed communicator set its output", rank);
+    return 0;
 }
 
 START_TEST(bad_arguments) { ck_assert_int_eq(mp_run(_i, rank_bad_args, NULL, 120), 0); }

@@ -5,7 +5,11 @@
  * killed rank within a bound of the kill, or with RCC_ERR_TIMEOUT (or the
  * peer-lost echo of a neighbour's timeout) within the communicator's
  * timeout of the stop — report the same through rcc_comm_get_async_error,
- * and destroy its communicator cleanly. The delays are printed for the
+ * and destroy its communicator cleanly. And the root (rank 0, which serves
+ * the rendezvous) killed while the job is still forming: every other rank's
+ * init must fail naming the root or rank 0 (within the init timeout: a root
+ * that is gone before a rank's first connection cannot be told from one not
+ * yet started), or, where the job formed first, its next collective must. The delays are printed for the
  * record (the acceptance figures); the bounds here are generous because
  * the test machines are shared.
  */
@@ -190,6 +194,99 @@ START_TEST(stop_random_rank)
 }
 END_TEST
 
+/* ---- the root dropped during bootstrap -------------------------------------- */
+
+#define ROOT_TIMEOUT_MS 2000
+
+typedef struct {
+    int init_failed[MAX_RANKS];
+    double failed_at[MAX_RANKS];
+    rcc_result_t res[MAX_RANKS];
+    char text[MAX_RANKS][512];
+} root_area_t;
+
+static void *root_killer(void *arg)
+{
+    unsigned seed = *(unsigned *)arg;
+    struct timespec ts = {0, (long)(rand_r(&seed) % 40000) * 1000}; /* 0..40 ms */
+    nanosleep(&ts, NULL);
+    area_t *area = mp_shared(NULL);
+    area->fault_at = td_now_s();
+    raise(SIGKILL);
+    return NULL;
+}
+
+static int rank_root_drop(int rank, int nranks, void *arg)
+{
+    (void)nranks;
+    unsigned seed = *(unsigned *)arg + (unsigned)rank * 7919u;
+    area_t *area = mp_shared(NULL);
+    root_area_t *ra = (root_area_t *)(area + 1);
+    /* Ranks start at random moments too, so that the kill lands in every
+     * phase: before a rank connects, while it waits for the table, while
+     * the rings connect, or (rarely) after the job formed. */
+    struct timespec ts = {0, (long)(rand_r(&seed) % 30000) * 1000};
+    if (rank == 0) {
+        pthread_t t;
+        pthread_create(&t, NULL, root_killer, &seed);
+    } else {
+        nanosleep(&ts, NULL);
+    }
+    rcc_config_t config = RCC_CONFIG_INITIALIZER;
+    config.timeout_ms = ROOT_TIMEOUT_MS;
+    rcc_comm_t comm = NULL;
+    rcc_result_t res = rcc_comm_init_env(&comm, &config);
+    if (rank == 0) { /* the kill may come after the job formed: wait for it */
+        for (;;)
+            pause();
+    }
+    if (res != RCC_SUCCESS) {
+        ra->init_failed[rank] = 1;
+    } else {
+        int one = 1, sum = 0;
+        double start = td_now_s();
+        while (res == RCC_SUCCESS) {
+            res = rcc_allreduce(&one, &sum, 1, RCC_INT32, RCC_SUM, comm);
+            if (td_now_s() - start > 60)
+                MP_FAIL("rank %d: no failure 60 s after the root's kill", rank);
+        }
+    }
+    ra->failed_at[rank] = td_now_s();
+    ra->res[rank] = res;
+    snprintf(ra->text[rank], sizeof ra->text[rank], "%s", rcc_last_error(comm));
+    if (comm)
+        rcc_comm_destroy(comm);
+    /* the kill may come after this rank's failure (a neighbour's refusal) */
+    double delay = ra->failed_at[rank] - (area->fault_at > 0 ? area->fault_at : ra->failed_at[rank]);
+    fprintf(stderr, "(root drop) rank %d: %s in %s, %.3f s after the kill: %s\n", rank,
+            rcc_result_name(res), ra->init_failed[rank] ? "init" : "a collective", delay,
+            ra->text[rank]);
+    if (res == RCC_SUCCESS)
+        MP_FAIL("rank %d: no failure", rank);
+    if (delay > ROOT_TIMEOUT_MS / 1000.0 + KILL_BOUND_S)
+        MP_FAIL("rank %d: failed %.2f s after the root's kill (timeout %d ms)", rank, delay,
+                ROOT_TIMEOUT_MS);
+    if (!strstr(ra->text[rank], "root") && !strstr(ra->text[rank], "rank 0"))
+        MP_FAIL("rank %d: the error names neither the root nor rank 0: %s", rank, ra->text[rank]);
+    if (!ra->init_failed[rank] && res != RCC_ERR_PEER_LOST)
+        MP_FAIL("rank %d: %s after the job formed, expected RCC_ERR_PEER_LOST: %s", rank,
+                rcc_result_name(res), ra->text[rank]);
+    return 0;
+}
+
+/* Roots killed at random moments of the bootstrap of 3, 4 and 5 ranks. */
+START_TEST(root_dropped_in_bootstrap)
+{
+    int n = 3 + _i % 3;
+    unsigned seed = 3000u + (unsigned)_i;
+    int statuses[MAX_RANKS];
+    ck_assert_int_eq(mp_run_status(n, rank_root_drop, &seed, 60, statuses), 0);
+    ck_assert_msg(statuses[0] == 128 + SIGKILL, "the root ended with %d", statuses[0]);
+    for (int r = 1; r < n; r++)
+        ck_assert_msg(statuses[r] == 0, "survivor rank %d ended with %d", r, statuses[r]);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
     Suite *s = suite_create("mp_faults");
@@ -197,6 +294,7 @@ static Suite *faults_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, kill_random_rank, 0, 12);
     tcase_add_loop_test(tc, stop_random_rank, 0, 4);
+    tcase_add_loop_test(tc, root_dropped_in_bootstrap, 0, 9);
     suite_add_tcase(s, tc);
     return s;
 }

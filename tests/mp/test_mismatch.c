@@ -5,7 +5,9 @@
  * timeout, not with a hang, not with a success that read one operation's
  * bytes as another's), in that call or, where its own part was over before
  * anyone could disagree (a broadcast's root), in the next; its message must
- * name both calls.
+ * name both calls. Every case runs on 3 ranks with rank 1 the odd one, and
+ * once more on 4 or 5 ranks with another rank the odd one (the root, the
+ * last rank, one in the middle) and the other message-size class.
  */
 #include <check.h>
 #include <stdio.h>
@@ -16,8 +18,7 @@
 #include "mp.h"
 #include "testdata.h"
 
-#define NRANKS 3
-#define ODD_RANK 1  /* the one rank that calls something else */
+#define MAX_RANKS 5
 #define BOUND_S 5.0 /* the timeout is 30 s: a failure by timeout fails the test */
 #define TIMEOUT_MS 30000
 
@@ -46,17 +47,18 @@ typedef struct {
 
 typedef struct {
     call_t common, odd;
+    int nranks, odd_rank; /* the one rank that calls something else */
 } case_t;
 
 typedef struct {
-    rcc_result_t res[NRANKS];
-    double took[NRANKS];
-    char text[NRANKS][1024];
+    rcc_result_t res[MAX_RANKS];
+    double took[MAX_RANKS];
+    char text[MAX_RANKS][1024];
 } area_t;
 
-static rcc_result_t run_call(const call_t *c, rcc_comm_t comm)
+static rcc_result_t run_call(const call_t *c, int nranks, rcc_comm_t comm)
 {
-    size_t es = rcc_datatype_size(c->dtype), n = NRANKS;
+    size_t es = rcc_datatype_size(c->dtype), n = (size_t)nranks;
     size_t in = c->count, out = c->count;
     if (c->kind == K_REDUCE_SCATTER)
         in = c->count * n;
@@ -88,15 +90,14 @@ static int rank_mismatch(int rank, int n, void *arg)
     const case_t *c = arg;
     area_t *area = mp_shared(NULL);
     rcc_comm_t comm = mp_comm(TIMEOUT_MS);
-    (void)n;
     /* One agreed operation first: connections up, operation numbers equal. */
     int one = 1, sum = 0;
     rcc_result_t res = rcc_allreduce(&one, &sum, 1, RCC_INT32, RCC_SUM, comm);
-    if (res != RCC_SUCCESS || sum != NRANKS)
+    if (res != RCC_SUCCESS || sum != n)
         MP_FAIL("warm-up allreduce: %s (sum %d): %s", rcc_result_name(res), sum,
                 rcc_last_error(comm));
     double t0 = td_now_s();
-    res = run_call(rank == ODD_RANK ? &c->odd : &c->common, comm);
+    res = run_call(rank == c->odd_rank ? &c->odd : &c->common, n, comm);
     /* A rank whose part ended before anything could disagree with it (a
      * broadcast's root: its sends left) learns it in its next call. */
     if (res == RCC_SUCCESS)
@@ -175,18 +176,28 @@ static int skip_case(int i)
     return only && atoi(only) != i;
 }
 
-static void run_case(int i, int small)
+static void run_case(int i, int small, int nranks, int odd_rank)
 {
     if (skip_case(i))
         return;
     case_t c = case_of(i, small);
-    ck_assert_int_eq(mp_run(NRANKS, rank_mismatch, &c, 60), 0);
+    c.nranks = nranks;
+    c.odd_rank = odd_rank;
+    ck_assert_int_eq(mp_run(nranks, rank_mismatch, &c, 60), 0);
 }
 
-START_TEST(mismatch_large) { run_case(_i, 0); }
+START_TEST(mismatch_large) { run_case(_i, 0, 3, 1); }
 END_TEST
 
-START_TEST(mismatch_small) { run_case(_i, 1); }
+START_TEST(mismatch_small) { run_case(_i, 1, 3, 1); }
+END_TEST
+
+/* 4 and 5 ranks; the odd rank and the size class change from case to case. */
+START_TEST(mismatch_wide)
+{
+    int n = 4 + _i % 2;
+    run_case(_i, _i / 2 % 2, n, (_i * 3) % n);
+}
 END_TEST
 
 static Suite *mismatch_suite(void)
@@ -196,6 +207,7 @@ static Suite *mismatch_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, mismatch_large, 0, NCASES);
     tcase_add_loop_test(tc, mismatch_small, 0, NCASES);
+    tcase_add_loop_test(tc, mismatch_wide, 0, NCASES);
     suite_add_tcase(s, tc);
     return s;
 }

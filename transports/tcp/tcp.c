@@ -53,6 +53,7 @@ struct rcci_conn {
     int fd;
     rcc_result_t failed; /* sticky: a broken stream cannot be resynchronised */
     char failure[RCCI_ERR_TEXT_BYTES];
+    int looked_for_notice; /* after a failure at the socket (below) */
     char peer[96];
     char self[16]; /* "rank 3", for mismatch messages */
     tcp_queue_t sends, recvs;
@@ -486,11 +487,27 @@ static int tcp_wait_fd(rcci_conn_t *c) { return c->fd; }
 static rcc_result_t tcp_peek_frame(rcci_conn_t *c, rcci_wire_frame_t *f, int *found)
 {
     *found = 0;
-    if (c->failed != RCC_SUCCESS)
+    uint8_t header[RCCI_WIRE_HEADER_BYTES];
+    if (c->failed != RCC_SUCCESS) {
+        /* A peer that fails sends a notice and closes, and a close with
+         * unread data in its socket resets the connection: a send here then
+         * fails, with the notice unread in front of the reset. Once, at a
+         * message boundary of the receive stream, look for it. */
+        int boundary = !c->recvs.head || c->recvs.head->moved == 0;
+        if (c->failed == RCC_ERR_PEER_LOST && boundary && !c->looked_for_notice) {
+            c->looked_for_notice = 1;
+            if (recv(c->fd, header, sizeof header, MSG_PEEK | MSG_DONTWAIT) ==
+                    (ssize_t)sizeof header &&
+                rcci_wire_parse(header, f, c->peer) == RCC_SUCCESS && f->notice &&
+                recv(c->fd, header, sizeof header, MSG_DONTWAIT) == (ssize_t)sizeof header) {
+                struct rcci_request none = {.moved = RCCI_WIRE_HEADER_BYTES};
+                return tcp_take_notice(c, f, &none, 0);
+            }
+        }
         return rcci_error(c->failed, "%s", c->failure);
+    }
     if (c->recvs.head)
         return RCC_SUCCESS; /* a posted receive notices a close or a notice by itself */
-    uint8_t header[RCCI_WIRE_HEADER_BYTES];
     ssize_t r = recv(c->fd, header, sizeof header, MSG_PEEK | MSG_DONTWAIT);
     if (r == 0)
         return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s closed the connection", c->peer));
