@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "envjob.h"
+#include "hash.h"
 #include "log.h"
 #include "params.h"
 #include "rcc_config.h"
@@ -38,24 +40,6 @@ static rcc_result_t comm_random(void *buf, size_t len)
     return RCC_SUCCESS;
 }
 
-/* FNV-1a, then splitmix64 to spread it: identifies hosts and derives the
- * weak environment secret. Not cryptographic (RCC_SECRET is the strong way). */
-static uint64_t comm_hash(uint64_t h, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
-static uint64_t comm_mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t comm_host_hash(void)
 {
     char host[256] = "", boot[64] = "";
@@ -66,8 +50,8 @@ static uint64_t comm_host_hash(void)
             boot[0] = '\0';
         fclose(f);
     }
-    return comm_mix(
-        comm_hash(comm_hash(0xcbf29ce484222325ull, host, strlen(host)), boot, strlen(boot)));
+    return rcci_mix64(
+        rcci_fnv1a(rcci_fnv1a(RCCI_FNV1A_SEED, host, strlen(host)), boot, strlen(boot)));
 }
 
 static rcc_result_t comm_set_error(struct rcc_comm *comm, rcc_result_t res)
@@ -130,8 +114,18 @@ static rcc_result_t comm_read_config(struct rcc_comm *comm, const rcc_config_t *
                           "RCC_ALGO='%s' is not an algorithm: use auto, ring, rabenseifner, rd or "
                           "direct",
                           algo);
+    return rcci_config_check(config, &comm->timeout_ns, &comm->chunk_bytes);
+}
+
+rcc_result_t rcci_config_check(const rcc_config_t *config, int64_t *timeout_ns, size_t *chunk_bytes)
+{
     if (!config)
         return RCC_SUCCESS;
+    /* `size` first: nothing past the caller's size is read, not even magic. */
+    if (config->size < offsetof(rcc_config_t, magic) + sizeof config->magic)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "config was not initialised with RCC_CONFIG_INITIALIZER (size %zu)",
+                          config->size);
     if (config->magic != RCC_CONFIG_MAGIC ||
         config->size < offsetof(rcc_config_t, chunk_bytes) + sizeof config->chunk_bytes)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT,
@@ -146,14 +140,14 @@ static rcc_result_t comm_read_config(struct rcc_comm *comm, const rcc_config_t *
     if (config->timeout_ms < 0)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "config.timeout_ms=%d is negative",
                           config->timeout_ms);
-    if (config->timeout_ms > 0)
-        comm->timeout_ns = config->timeout_ms * 1000000ll;
     if (config->chunk_bytes != 0 && config->chunk_bytes < 64)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT,
                           "config.chunk_bytes=%d: use 0 (default) or at least 64",
                           config->chunk_bytes);
+    if (config->timeout_ms > 0)
+        *timeout_ns = config->timeout_ms * 1000000ll;
     if (config->chunk_bytes > 0)
-        comm->chunk_bytes = (size_t)config->chunk_bytes;
+        *chunk_bytes = (size_t)config->chunk_bytes;
     return RCC_SUCCESS;
 }
 
@@ -425,8 +419,8 @@ rcc_result_t rcc_comm_split(rcc_comm_t parent, int color, int key, rcc_comm_t *n
     rcci_comm_enter(parent);
     /* Every rank of the parent numbers its splits alike, so the n-th split's
      * communicators get the same ids everywhere. */
-    uint64_t comm_id = comm_mix(parent->comm_id ^ comm_mix(++parent->splits) ^
-                                comm_mix((uint64_t)(uint32_t)color + 0x5b1dull));
+    uint64_t comm_id = rcci_mix64(parent->comm_id ^ rcci_mix64(++parent->splits) ^
+                                  rcci_mix64((uint64_t)(uint32_t)color + 0x5b1dull));
     RCC_CHECK(rcci_bootstrap_split(parent->bootstrap, color, key, comm_id, &child));
     if (!child)
         goto out; /* RCC_SPLIT_NOCOLOR: took part, joined nothing */
@@ -463,156 +457,52 @@ rcc_result_t rcc_comm_init_rank(rcc_comm_t *comm, int nranks, rcc_unique_id_t ui
 
 /* ---- initialisation from the environment ------------------------------------ */
 
-static rcc_result_t env_int(const char *name, int *value, int *found)
+static const char *comm_getenv(const char *name, void *ctx)
 {
-    const char *text = getenv(name);
-    *found = text && *text;
-    if (!*found)
-        return RCC_SUCCESS;
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || *end || v < 0 || v > (1 << 24))
-        return rcci_error(RCC_ERR_INVALID_USAGE, "%s='%s' is not a rank or rank count", name, text);
-    *value = (int)v;
-    return RCC_SUCCESS;
-}
-
-/* Rank and size from the first launcher convention present. */
-static rcc_result_t env_rank_size(int *rank, int *nranks, const char **source)
-{
-    static const char *const pairs[][2] = {{"RCC_RANK", "RCC_NRANKS"},
-                                           {"RANK", "WORLD_SIZE"},
-                                           {"SLURM_PROCID", "SLURM_NTASKS"},
-                                           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}};
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        int has_rank, has_size;
-        rcc_result_t res = env_int(pairs[i][0], rank, &has_rank);
-        if (res == RCC_SUCCESS)
-            res = env_int(pairs[i][1], nranks, &has_size);
-        if (res != RCC_SUCCESS)
-            return res;
-        if (has_rank != has_size)
-            return rcci_error(RCC_ERR_INVALID_USAGE, "%s is set but %s is not",
-                              has_rank ? pairs[i][0] : pairs[i][1],
-                              has_rank ? pairs[i][1] : pairs[i][0]);
-        if (has_rank) {
-            *source = pairs[i][0];
-            return RCC_SUCCESS;
-        }
-    }
-    return rcci_error(RCC_ERR_INVALID_USAGE,
-                      "the environment names no rank: set RCC_RANK and RCC_NRANKS (ringcc-run "
-                      "does), or run under torchrun (RANK, WORLD_SIZE), Slurm (SLURM_PROCID, "
-                      "SLURM_NTASKS) or Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE)");
-}
-
-static rcc_result_t env_root(char *text, size_t size)
-{
-    const char *root = getenv("RCC_ROOT");
-    if (root && *root) {
-        snprintf(text, size, "%s", root);
-        return RCC_SUCCESS;
-    }
-    const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
-    if (addr && *addr && port && *port) {
-        snprintf(text, size, strchr(addr, ':') ? "[%s]:%s" : "%s:%s", addr, port);
-        return RCC_SUCCESS;
-    }
-    return rcci_error(RCC_ERR_INVALID_USAGE, "the environment names no rendezvous: set "
-                                             "RCC_ROOT=host:port (or MASTER_ADDR and MASTER_PORT)");
-}
-
-static int env_hex(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
-/* RCC_SECRET, or a secret derived from what every rank of the job shares. */
-static rcc_result_t env_secret(const char *root, int nranks, uint64_t generation, rcci_id_t *id)
-{
-    const char *hex = getenv("RCC_SECRET");
-    uint64_t h = comm_hash(0xcbf29ce484222325ull, root, strlen(root));
-    h = comm_hash(h, &nranks, sizeof nranks);
-    if (hex && *hex) {
-        if (strlen(hex) != 2 * RCCI_SOCK_SECRET_BYTES)
-            return rcci_error(RCC_ERR_INVALID_USAGE,
-                              "RCC_SECRET must be %d hex digits (it has %zu)",
-                              2 * RCCI_SOCK_SECRET_BYTES, strlen(hex));
-        for (int i = 0; i < RCCI_SOCK_SECRET_BYTES; i++) {
-            int hi = env_hex(hex[2 * i]), lo = env_hex(hex[2 * i + 1]);
-            if (hi < 0 || lo < 0)
-                return rcci_error(RCC_ERR_INVALID_USAGE, "RCC_SECRET has a non-hex digit at %d",
-                                  2 * i + (hi < 0 ? 0 : 1));
-            id->secret[i] = (uint8_t)(hi << 4 | lo);
-        }
-        h = comm_hash(h, id->secret, sizeof id->secret);
-    } else {
-        static const char *const job_vars[] = {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID",
-                                               "SLURM_STEP_ID", "OMPI_MCA_ess_base_jobid",
-                                               "PMIX_NAMESPACE"};
-        int used = 0;
-        for (size_t i = 0; i < sizeof job_vars / sizeof job_vars[0]; i++) {
-            const char *v = getenv(job_vars[i]);
-            if (v && *v)
-                h = comm_hash(comm_hash(h, job_vars[i], strlen(job_vars[i])), v, strlen(v)),
-                used = 1;
-        }
-        RCC_INFO("RCC_SECRET is not set: the job secret is derived from the %s; set RCC_SECRET "
-                 "(64 hex digits) to keep strangers out",
-                 used ? "launcher's job id and the root address" : "root address only");
-        for (int i = 0; i < RCCI_SOCK_SECRET_BYTES; i += 8) {
-            uint64_t w = comm_mix(h + (uint64_t)i);
-            memcpy(id->secret + i, &w, 8);
-        }
-    }
-    /* The same for every rank's n-th init from the environment. */
-    id->comm_id = comm_mix(h ^ comm_mix(generation + 0x72636321ull));
-    return RCC_SUCCESS;
+    (void)ctx;
+    return getenv(name);
 }
 
 rcc_result_t rcc_comm_init_env(rcc_comm_t *comm, const rcc_config_t *config)
 {
     static atomic_uint generation;
     rcc_result_t res = RCC_SUCCESS;
-    rcci_id_t id;
-    int rank = 0, nranks = 0, fd = -1;
-    const char *source = "";
-    char root[300];
+    rcci_env_job_t job;
+    int fd = -1;
     rcci_tls_error_clear();
     if (!comm)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "comm (the output pointer) is NULL");
     RCC_CHECK(rcci_params_load());
-    RCC_CHECK(env_rank_size(&rank, &nranks, &source));
-    rcci_log_set_rank(rank);
-    RCC_CHECK(env_root(root, sizeof root));
-    RCC_CHECK(rcci_addr_parse(root, &id.root));
-    RCC_CHECK(env_secret(root, nranks, atomic_fetch_add(&generation, 1), &id));
-    if (nranks < 1 || rank >= nranks)
-        RCC_FAIL(RCC_ERR_INVALID_USAGE, "rank %d of %d (from %s) is not a valid rank", rank, nranks,
-                 source);
-    if (rank == 0) {
+    res = rcci_env_job(comm_getenv, NULL, &generation, &job);
+    if (job.source)
+        rcci_log_set_rank(job.rank);
+    if (job.secret_from == RCCI_SECRET_JOB_ID || job.secret_from == RCCI_SECRET_ROOT)
+        RCC_INFO("RCC_SECRET is not set: the job secret is derived from the %s; set RCC_SECRET "
+                 "(64 hex digits) to keep strangers out",
+                 job.secret_from == RCCI_SECRET_JOB_ID ? "launcher's job id and the root address"
+                                                       : "root address only");
+    if (res != RCC_SUCCESS)
+        goto out;
+    if (job.rank == 0) {
         /* Rank 0 serves the rendezvous on the root's port, on every address:
          * the root's name may resolve to any of this host's addresses. */
+        const rcci_addr_t *root = &job.id.root;
         rcci_addr_t any = {0}, bound;
-        any.u.sa.sa_family = id.root.u.sa.sa_family;
-        any.len = id.root.len;
+        any.u.sa.sa_family = root->u.sa.sa_family;
+        any.len = root->len;
         if (any.u.sa.sa_family == AF_INET6)
             any.u.in6.sin6_addr = in6addr_any;
-        rcci_addr_set_port(&any, rcci_addr_port(&id.root));
+        rcci_addr_set_port(&any, rcci_addr_port(root));
         res = rcci_sock_listen(&any, &fd, &bound);
         if (res != RCC_SUCCESS) {
-            rcci_error_prefix("rank 0 serves the rendezvous at %s and ", root);
+            rcci_error_prefix("rank 0 serves the rendezvous at %s and ", job.root);
             goto out;
         }
-        RCC_CHECK(rcci_root_start(fd, &id, rcci_param_int(RCCI_PARAM_TIMEOUT) * 1000000000ll));
+        RCC_CHECK(rcci_root_start(fd, &job.id, rcci_param_int(RCCI_PARAM_TIMEOUT) * 1000000000ll));
         fd = -1;
     }
-    RCC_INFO("rank %d of %d from %s, rendezvous at %s", rank, nranks, source, root);
-    return comm_init(comm, nranks, &id, rank, config);
+    RCC_INFO("rank %d of %d from %s, rendezvous at %s", job.rank, job.nranks, job.source, job.root);
+    return comm_init(comm, job.nranks, &job.id, job.rank, config);
 out:
     if (fd >= 0)
         close(fd);

@@ -163,6 +163,17 @@ struct rcc_comm {
     char last_error[RCCI_ERR_TEXT_BYTES];
 };
 
+/* Checks the caller's rcc_config_t (NULL: nothing to check). Reads `size`
+ * first and nothing past it: a config shorter than this version's fields
+ * (or not from RCC_CONFIG_INITIALIZER: wrong magic) is refused, as are
+ * blocking != 1, timeout_ms < 0 and chunk_bytes in 1..63. On success a
+ * positive timeout_ms replaces *timeout_ns and a positive chunk_bytes
+ * *chunk_bytes (both hold the defaults on entry); on failure neither is
+ * touched. Returns RCC_SUCCESS or RCC_ERR_INVALID_ARGUMENT with the field
+ * and its value in this thread's error text. */
+rcc_result_t rcci_config_check(const rcc_config_t *config, int64_t *timeout_ns,
+                               size_t *chunk_bytes);
+
 /* Groups (group.c). While this thread is inside rcc_group_start/end,
  * operations are handed to the group instead of being queued; `owned` is
  * the request of a blocking call, which rcc_group_end waits for and frees. */

@@ -4,7 +4,7 @@
  * joins them), and the wire form of addresses (rcci_addr_from_wire: the
  * TCP transport's handles). Input: the text (a NUL ends it early).
  *
- * Host names are resolved numerically only (getaddrinfo below adds
+ * Host names are resolved numerically only (fuzz_resolve.h adds
  * AI_NUMERICHOST), so the fuzzer never waits for a resolver; the parsing
  * around the lookup is the code under test.
  *
@@ -18,27 +18,11 @@
  *  - a refusal is RCC_ERR_INVALID_ARGUMENT with a reason.
  */
 #include <arpa/inet.h>
-#include <dlfcn.h>
-#include <netdb.h>
 
 #include "err.h"
 #include "fuzz.h"
+#include "fuzz_resolve.h"
 #include "socket.h"
-
-static char last_host[512];
-
-int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
-                struct addrinfo **res)
-{
-    static int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
-    if (!real)
-        real = (int (*)(const char *, const char *, const struct addrinfo *,
-                        struct addrinfo **))dlsym(RTLD_NEXT, "getaddrinfo");
-    struct addrinfo h = hints ? *hints : (struct addrinfo){0};
-    h.ai_flags |= AI_NUMERICHOST;
-    snprintf(last_host, sizeof last_host, "%s", node ? node : "");
-    return real(node, service, &h, res);
-}
 
 static int same_addr(const rcci_addr_t *a, const rcci_addr_t *b)
 {
@@ -66,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     fuzz_in_t in = {data, size};
     char *text = fuzz_string(&in);
-    last_host[0] = '\0';
+    fuzz_last_host[0] = '\0';
     rcci_tls_error_clear();
     rcc_result_t res = rcci_addr_parse(text, &a);
     if (res != RCC_SUCCESS) {
@@ -84,9 +68,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_ASSERT(port >= 1 && port <= 65535 && rcci_addr_port(&a) == port, "'%s': port %u", text,
                 rcci_addr_port(&a));
     size_t host_len = text[0] == '[' ? (size_t)(colon - text) - 2 : (size_t)(colon - text);
-    FUZZ_ASSERT(strlen(last_host) == host_len &&
-                    !memcmp(last_host, text + (text[0] == '['), host_len),
-                "'%s': resolved '%s'", text, last_host);
+    FUZZ_ASSERT(strlen(fuzz_last_host) == host_len &&
+                    !memcmp(fuzz_last_host, text + (text[0] == '['), host_len),
+                "'%s': resolved '%s'", text, fuzz_last_host);
     char formatted[128];
     rcci_addr_format(&a, formatted, sizeof formatted);
     FUZZ_ASSERT(rcci_addr_parse(formatted, &b) == RCC_SUCCESS, "'%s' formatted as '%s': %s", text,

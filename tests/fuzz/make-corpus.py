@@ -175,7 +175,84 @@ def addr():
     write('addr', 'wire-family-1', u16(1) + bytes(18))
 
 
+# ---- env: a config (size u64, magic, version, timeout_ms, blocking, chunk_bytes, padding, then
+# 8 bytes of a later version's fields), 3 bytes whose bits set ENV_VARS, the values, '\n'-ended
+ENV_VARS = ['RCC_RANK', 'RCC_NRANKS', 'RANK', 'WORLD_SIZE', 'SLURM_PROCID', 'SLURM_NTASKS',
+            'OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE', 'RCC_ROOT', 'MASTER_ADDR',
+            'MASTER_PORT', 'RCC_SECRET', 'TORCHELASTIC_RUN_ID', 'SLURM_JOB_ID', 'SLURM_STEP_ID',
+            'OMPI_MCA_ess_base_jobid', 'PMIX_NAMESPACE']
+CONFIG_MAGIC, VERSION_CODE = 0x72636366, 100
+
+
+def config(size=32, magic=CONFIG_MAGIC, timeout_ms=0, blocking=1, chunk_bytes=0):
+    return (u64(size) + u32(magic) + u32(VERSION_CODE) + u32(timeout_ms) + u32(blocking) +
+            u32(chunk_bytes) + bytes(4) + b'later v.')
+
+
+def env_vars(**values):
+    mask, out = 0, b''
+    for i, name in enumerate(ENV_VARS):
+        if name in values:
+            mask |= 1 << i
+            out += values[name].encode() + b'\n'
+    return struct.pack('<I', mask)[:3] + out
+
+
+SECRET_HEX = '00112233445566778899aabbccddeeff' * 2
+
+
+def env():
+    ok = config()
+    rcc = dict(RCC_RANK='1', RCC_NRANKS='4', RCC_ROOT='127.0.0.1:4310', RCC_SECRET=SECRET_HEX)
+    seeds = {
+        'rcc': rcc,
+        'torchrun': dict(RANK='0', WORLD_SIZE='8', MASTER_ADDR='10.0.0.1', MASTER_PORT='29500',
+                         TORCHELASTIC_RUN_ID='f00d'),
+        'torchrun-ipv6': dict(RANK='3', WORLD_SIZE='4', MASTER_ADDR='fe80::1', MASTER_PORT='29500'),
+        'slurm': dict(SLURM_PROCID='5', SLURM_NTASKS='6', SLURM_JOB_ID='4242', SLURM_STEP_ID='0',
+                      RCC_ROOT='[::1]:7000'),
+        'ompi': dict(OMPI_COMM_WORLD_RANK='1', OMPI_COMM_WORLD_SIZE='2',
+                     OMPI_MCA_ess_base_jobid='77', PMIX_NAMESPACE='prterun-x-1',
+                     MASTER_ADDR='127.0.0.1', MASTER_PORT='1'),
+        'all': {name: v for name, v in zip(ENV_VARS, ['0', '4', '1', '4', '2', '4', '3', '4',
+                                                      '127.0.0.1:1000', '::1', '2000', SECRET_HEX,
+                                                      'r', 'j', 's', 'o', 'p'])},
+        'empty-values': dict(RCC_RANK='', RCC_NRANKS='', RANK='0', WORLD_SIZE='1', RCC_ROOT='',
+                             MASTER_ADDR='127.0.0.1', MASTER_PORT='80', RCC_SECRET=''),
+        'bad-secret': dict(rcc, RCC_SECRET=SECRET_HEX[:17] + 'z' + SECRET_HEX[18:]),
+        'short-secret': dict(rcc, RCC_SECRET=SECRET_HEX[:63]),
+        'missing-half': dict(RANK='1', MASTER_ADDR='127.0.0.1', MASTER_PORT='80'),
+        'rank-too-big': dict(rcc, RCC_RANK='4'),
+        'size-too-big': dict(rcc, RCC_NRANKS='16777217'),
+        'signs': dict(rcc, RCC_RANK=' +0', RCC_NRANKS='-0'),
+        'no-root': dict(RANK='0', WORLD_SIZE='1', MASTER_PORT='80'),
+        'bad-root': dict(rcc, RCC_ROOT='127.0.0.1'),
+        'bracketed-addr': dict(RANK='0', WORLD_SIZE='1', MASTER_ADDR='[::1]', MASTER_PORT='80'),
+        'none': {},
+    }
+    for name, values in seeds.items():
+        write('env', name, ok + env_vars(**values))
+    configs = {
+        'bad-magic': config(magic=CONFIG_MAGIC ^ 1),
+        'size-4': config(size=4),
+        'size-11': config(size=11),
+        'size-12': config(size=12),
+        'size-27': config(size=27),
+        'size-28': config(size=28),
+        'size-40': config(size=40),
+        'size-huge': config(size=1 << 40),
+        'blocking-0': config(blocking=0),
+        'timeout-negative': config(timeout_ms=-1),
+        'timeout-max': config(timeout_ms=0x7fffffff),
+        'chunk-63': config(chunk_bytes=63),
+        'chunk-64': config(chunk_bytes=64),
+        'chunk-negative': config(chunk_bytes=-64),
+    }
+    for name, c in configs.items():
+        write('env', 'config-' + name, c + env_vars(**rcc))
+
+
 if __name__ == '__main__':
     shutil.rmtree(os.path.join(HERE, 'corpus'), ignore_errors=True)
-    for make in (wire, ident, hello, bootstrap, params, addr):
+    for make in (wire, ident, hello, bootstrap, params, addr, env):
         make()
