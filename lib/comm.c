@@ -100,7 +100,13 @@ typedef struct {
     int32_t rank;
     uint32_t transports; /* bit i: rcci_transports[i] initialised here */
     uint64_t host_hash;
+    int32_t nsocks; /* RCC_NSOCKS: both ends of an edge must make as many */
+    int32_t unused;
 } comm_peer_t;
+
+/* Connection tags of a ring edge's connections: the first is tag 0, the
+ * others stay clear of the point-to-point lanes' small tags. */
+#define COMM_RING_TAG(k) ((k) == 0 ? 0u : 0x100u + (uint32_t)(k))
 
 static rcc_result_t comm_read_config(struct rcc_comm *comm, const rcc_config_t *config)
 {
@@ -201,6 +207,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     comm_peer_t *me = &peers[comm->rank];
     me->rank = comm->rank;
     me->host_hash = comm_host_hash();
+    me->nsocks = (int32_t)rcci_param_int(RCCI_PARAM_NSOCKS);
     for (int i = 0; rcci_transports[i] && i < COMM_MAX_TRANSPORTS; i++) {
         const rcci_transport_t *tr = rcci_transports[i];
         if (*only && strcmp(only, tr->name) != 0)
@@ -219,38 +226,52 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
                  *only ? " (RCC_TRANSPORT=" : "", only,
                  *only ? " names none that works here)" : "");
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, peers, sizeof *peers));
+    for (int r = 0; r < comm->nranks; r++)
+        if (peers[r].nsocks != me->nsocks)
+            RCC_FAIL(RCC_ERR_INVALID_USAGE,
+                     "RCC_NSOCKS is %d on rank %d but %d here (rank %d): set it alike everywhere",
+                     (int)peers[r].nsocks, r, (int)me->nsocks, comm->rank);
 
     int send_tr, recv_tr;
     RCC_CHECK(comm_pick_transport(comm, peers, next, &send_tr));
     RCC_CHECK(comm_pick_transport(comm, peers, prev, &recv_tr));
-    comm->send_link =
-        (rcci_link_t){.tr = rcci_transports[send_tr], .tctx = comm->tctx[send_tr], .peer = next};
-    comm->recv_link =
-        (rcci_link_t){.tr = rcci_transports[recv_tr], .tctx = comm->tctx[recv_tr], .peer = prev};
+    comm->send_link = (rcci_link_t){.tr = rcci_transports[send_tr],
+                                    .tctx = comm->tctx[send_tr],
+                                    .nconns = me->nsocks,
+                                    .peer = next};
+    comm->recv_link = (rcci_link_t){.tr = rcci_transports[recv_tr],
+                                    .tctx = comm->tctx[recv_tr],
+                                    .nconns = me->nsocks,
+                                    .peer = prev};
     RCC_CHECK(comm->recv_link.tr->listen(
         comm->recv_link.tctx, handles + (size_t)comm->rank * RCCI_HANDLE_BYTES, &listener));
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, handles, RCCI_HANDLE_BYTES));
     /* Connect first, then accept: connects complete in the kernel's backlog. */
-    RCC_CHECK(comm->send_link.tr->connect(comm->send_link.tctx,
-                                          handles + (size_t)next * RCCI_HANDLE_BYTES, 0, deadline,
-                                          &comm->send_link.conn));
+    for (int k = 0; k < comm->send_link.nconns; k++)
+        RCC_CHECK(comm->send_link.tr->connect(comm->send_link.tctx,
+                                              handles + (size_t)next * RCCI_HANDLE_BYTES,
+                                              COMM_RING_TAG(k), deadline, &comm->send_link.conns[k]));
     /* In slices: between them the bootstrap ring tells whether a rank
      * failed or left meanwhile, rather than waiting out the timeout. */
-    for (;;) {
-        int64_t slice = rcci_now_ns() + COMM_SETUP_SLICE_NS;
-        res = comm->recv_link.tr->accept(listener, prev, 0, slice < deadline ? slice : deadline,
-                                         &comm->recv_link.conn);
-        if (res != RCC_ERR_TIMEOUT || slice >= deadline)
-            break;
-        RCC_CHECK(rcci_bootstrap_check(comm->bootstrap));
+    for (int k = 0; k < comm->recv_link.nconns; k++) {
+        for (;;) {
+            int64_t slice = rcci_now_ns() + COMM_SETUP_SLICE_NS;
+            res = comm->recv_link.tr->accept(listener, prev, COMM_RING_TAG(k),
+                                             slice < deadline ? slice : deadline,
+                                             &comm->recv_link.conns[k]);
+            if (res != RCC_ERR_TIMEOUT || slice >= deadline)
+                break;
+            RCC_CHECK(rcci_bootstrap_check(comm->bootstrap));
+        }
+        if (res != RCC_SUCCESS)
+            goto out;
     }
-    if (res != RCC_SUCCESS)
-        goto out;
     char nname[128], pname[128];
     rcci_bootstrap_peer_name(comm->bootstrap, next, nname, sizeof nname);
     rcci_bootstrap_peer_name(comm->bootstrap, prev, pname, sizeof pname);
-    RCC_INFO("ring: sends to %s via %s, receives from %s via %s%s", nname, comm->send_link.tr->name,
-             pname, comm->recv_link.tr->name, *only ? " (forced by RCC_TRANSPORT)" : "");
+    RCC_INFO("ring: sends to %s via %s, receives from %s via %s%s; %d connection%s per edge",
+             nname, comm->send_link.tr->name, pname, comm->recv_link.tr->name,
+             *only ? " (forced by RCC_TRANSPORT)" : "", me->nsocks, me->nsocks == 1 ? "" : "s");
     /* The listener stays open for point-to-point connections, made on first
      * use. They run over this rank's receive transport (one transport per
      * job today; per-peer choice arrives with the second transport). */
@@ -296,10 +317,7 @@ static void comm_free(struct rcc_comm *comm)
         free(comm->p2p.lane[l].in);
         free(comm->p2p.lane[l].out_seq); /* holds all four counters */
     }
-    rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
-    for (int i = 0; i < 2; i++)
-        if (links[i]->conn)
-            links[i]->tr->close(links[i]->conn);
+    rcci_ring_close(comm);
     for (int i = 0; rcci_transports[i] && i < COMM_MAX_TRANSPORTS; i++)
         if (comm->tctx[i])
             rcci_transports[i]->fini(comm->tctx[i]);

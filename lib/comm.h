@@ -100,11 +100,16 @@ typedef struct {
     int64_t swept_ns; /* when the progress thread last swept the listener */
 } rcci_p2p_links_t;
 
-/* One ring edge: the connection and the transport that runs it. */
+/* One ring edge: its connections (RCC_NSOCKS, all to the same peer) and the
+ * transport that runs them. The pipeline deals a collective's messages
+ * round-robin over the connections (message i on conns[i % nconns]), the
+ * same on both ends, so that several streams share the edge. */
+#define RCCI_RING_MAX_CONNS 8
 typedef struct {
     const rcci_transport_t *tr;
     void *tctx;
-    rcci_conn_t *conn;
+    rcci_conn_t *conns[RCCI_RING_MAX_CONNS];
+    int nconns;
     int peer;
 } rcci_link_t;
 
@@ -197,6 +202,18 @@ rcc_result_t rcci_live_check(const struct rcc_comm *comm, const char *fn);
  * leave; leave records a failure as the communicator's last error. */
 rcc_result_t rcci_comm_enter(struct rcc_comm *comm);
 rcc_result_t rcci_comm_leave(struct rcc_comm *comm, rcc_result_t res);
+
+/* The ring edges' connections taken together (ringlinks.c). probe: looks
+ * at each without waiting (receiving edge first); a failure's text gets
+ * "the ring connection from/to rank R (addr): " in front and is returned;
+ * with `notices_only`, a plain close (RCC_ERR_PEER_LOST) is passed over,
+ * looking for a peer's notice that names a cause. notify: a failure
+ * notice on each (transport notify). close: closes and forgets them all.
+ * watch: adds them to the progress thread's epoll set. */
+rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only);
+void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text);
+void rcci_ring_close(struct rcc_comm *comm);
+rcc_result_t rcci_ring_watch(struct rcc_comm *comm);
 
 /* Progress thread (progress.c). */
 rcc_result_t rcci_progress_start(struct rcc_comm *comm);

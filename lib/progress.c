@@ -80,10 +80,7 @@ static void progress_notify_peers(struct rcc_comm *comm, rcc_result_t res, const
     } else {
         snprintf(text, sizeof text, "rank %d: %s", comm->rank, full);
     }
-    rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
-    for (int i = 0; i < 2; i++)
-        if (links[i]->conn)
-            links[i]->tr->notify(links[i]->conn, res, text);
+    rcci_ring_notify(comm, res, text);
     /* Connections peers made that nobody took yet would be reset unread
      * when the listener closes: take them, so they carry the notice too. */
     rcci_p2p_accept_waiting(comm);
@@ -100,13 +97,9 @@ static rcc_result_t progress_root_cause(struct rcc_comm *comm, rcc_result_t res)
     char text[RCCI_ERR_TEXT_BYTES], cause[RCCI_ERR_TEXT_BYTES];
     snprintf(text, sizeof text, "%s", rcci_tls_error());
     snprintf(cause, sizeof cause, "%s", rcci_tls_cause());
-    rcci_link_t *links[2] = {&comm->recv_link, &comm->send_link};
-    for (int i = 0; i < 2; i++) {
-        rcc_result_t found = links[i]->conn ? links[i]->tr->probe(links[i]->conn) : RCC_SUCCESS;
-        if (found != RCC_SUCCESS && found != RCC_ERR_PEER_LOST)
-            return found;
-    }
-    rcc_result_t found = rcci_p2p_find_notice(comm);
+    rcc_result_t found = rcci_ring_probe(comm, 1);
+    if (found == RCC_SUCCESS)
+        found = rcci_p2p_find_notice(comm);
     if (found != RCC_SUCCESS)
         return found;
     rcci_tls_error_restore(text, cause);
@@ -130,13 +123,7 @@ static void progress_break(struct rcc_comm *comm, rcc_result_t res)
     else
         RCC_WARN("communicator failed: %s", rcci_tls_error());
     progress_notify_peers(comm, res, cause, comm->broken_text);
-    rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
-    for (int i = 0; i < 2; i++) {
-        if (links[i]->conn) {
-            links[i]->tr->close(links[i]->conn);
-            links[i]->conn = NULL;
-        }
-    }
+    rcci_ring_close(comm);
     rcci_p2p_close(comm);
 }
 
@@ -545,18 +532,7 @@ rcc_result_t rcci_progress_health(struct rcc_comm *comm)
     if (!take)
         return broken; /* whoever drives the engine sees failures as they come */
     /* Idle: nobody reads the connections, so look (nonblocking probes). */
-    rcc_result_t res = RCC_SUCCESS;
-    rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
-    for (int i = 0; i < 2 && res == RCC_SUCCESS; i++) {
-        if (links[i]->conn) {
-            res = links[i]->tr->probe(links[i]->conn);
-            if (res != RCC_SUCCESS) {
-                char peer[128];
-                rcci_bootstrap_peer_name(comm->bootstrap, links[i]->peer, peer, sizeof peer);
-                rcci_error_prefix("ring connection %s %s: ", i ? "from" : "to", peer);
-            }
-        }
-    }
+    rcc_result_t res = rcci_ring_probe(comm, 0);
     if (res == RCC_SUCCESS)
         res = rcci_p2p_probe(comm);
     if (res != RCC_SUCCESS)
@@ -590,10 +566,8 @@ rcc_result_t rcci_progress_start(struct rcc_comm *comm)
     if (comm->wake_fd < 0)
         return rcci_error_errno(RCC_ERR_SYSTEM, errno, "eventfd");
     rcc_result_t res = rcci_progress_watch(comm, comm->wake_fd);
-    if (res == RCC_SUCCESS && comm->send_link.conn)
-        res = rcci_progress_watch(comm, comm->send_link.tr->wait_fd(comm->send_link.conn));
-    if (res == RCC_SUCCESS && comm->recv_link.conn)
-        res = rcci_progress_watch(comm, comm->recv_link.tr->wait_fd(comm->recv_link.conn));
+    if (res == RCC_SUCCESS)
+        res = rcci_ring_watch(comm);
     if (res != RCC_SUCCESS)
         return res;
     int rc = pthread_create(&comm->progress, NULL, progress_main, comm);

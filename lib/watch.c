@@ -122,12 +122,14 @@ rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64
     rcci_p2p_accept_waiting(comm);
     const rcci_link_t *links[2] = {&comm->recv_link, &comm->send_link};
     for (int i = 0; i < 2; i++) {
-        if (!links[i]->conn)
-            continue;
-        rcc_result_t res =
-            watch_conn(comm, links[i]->tr, links[i]->conn, links[i]->peer, op, &ours);
-        if (res != RCC_SUCCESS)
-            return res;
+        for (int c = 0; c < links[i]->nconns; c++) {
+            if (!links[i]->conns[c])
+                continue;
+            rcc_result_t res =
+                watch_conn(comm, links[i]->tr, links[i]->conns[c], links[i]->peer, op, &ours);
+            if (res != RCC_SUCCESS)
+                return res;
+        }
     }
     rcci_p2p_links_t *p = &comm->p2p;
     for (int l = 0; l < RCCI_P2P_LANES && p->tr; l++) {

@@ -165,22 +165,7 @@ static int p2p_lane_shared(int lane) { return lane == RCCI_LANE_COLL; }
  * its links, so a loss anywhere reaches every rank around the ring: this is
  * how a rank waiting for a peer that never connects learns that the job
  * has broken. */
-static rcc_result_t p2p_ring_alive(struct rcc_comm *comm)
-{
-    rcci_link_t *links[2] = {&comm->send_link, &comm->recv_link};
-    for (int i = 0; i < 2; i++) {
-        rcc_result_t res = links[i]->conn ? links[i]->tr->probe(links[i]->conn) : RCC_SUCCESS;
-        if (res != RCC_SUCCESS) {
-            /* The probe's text says whether the neighbour told why (its
-             * notice names the cause) or just went: keep it. */
-            char peer[128];
-            rcci_bootstrap_peer_name(comm->bootstrap, links[i]->peer, peer, sizeof peer);
-            rcci_error_prefix("the ring connection with %s failed: ", peer);
-            return res;
-        }
-    }
-    return RCC_SUCCESS;
-}
+static rcc_result_t p2p_ring_alive(struct rcc_comm *comm) { return rcci_ring_probe(comm, 0); }
 
 /* The connection for message i, made now if it can be; NULL: not yet. */
 static rcc_result_t p2p_conn(struct rcc_comm *comm, const rcci_p2p_msg_t *m, rcci_conn_t **out)

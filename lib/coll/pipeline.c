@@ -179,7 +179,8 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progr
         rcci_schedule_recv(&x->sched, x->recv_posted, &step);
         if (step.count > 0) { /* empty steps are skipped on both sides */
             void *dst = step.local ? pipe_slot(comm, x->recv_posted) : step.dst;
-            res = rl->tr->irecv(rl->conn, dst, step.count * esize, &x->tag, NULL,
+            res = rl->tr->irecv(rl->conns[x->recv_posted % (size_t)rl->nconns], dst,
+                                step.count * esize, &x->tag, NULL,
                                 &x->rreq[x->recv_posted % slots]);
             if (res != RCC_SUCCESS)
                 return pipe_fail(comm, x, res, x->recv_posted, 0);
@@ -196,7 +197,8 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progr
         if (step.dep >= 0 && (size_t)step.dep >= x->recv_done)
             break; /* what it forwards has not arrived (or been reduced) yet */
         if (step.count > 0) {
-            res = sl->tr->isend(sl->conn, step.src, step.count * esize, &x->tag, NULL,
+            res = sl->tr->isend(sl->conns[x->send_posted % (size_t)sl->nconns], step.src,
+                                step.count * esize, &x->tag, NULL,
                                 &x->sreq[x->send_posted % slots]);
             if (res != RCC_SUCCESS)
                 return pipe_fail(comm, x, res, x->send_posted, 1);

@@ -331,6 +331,27 @@ if [[ -x $PERF ]]; then
 fi
 
 # ------------------------------------------------------------------------------------------
+echo "== (g) RCC_NSOCKS"
+
+if [[ -x $PERF ]]; then
+    # 4 ranks, 3 connections per ring edge: the ring's collectives, sizes across the chunking.
+    for coll in allreduce reducescatter allgather broadcast; do
+        run 180 env RCC_NSOCKS=3 RCC_DEBUG=INFO "$RUN" -n 4 "$PERF" -C $coll -b 1 -e 8M -f 8 -n 2 -w 1
+        if expect_rc 0 "(g) $coll" && perf_rows 8 "(g) $coll" &&
+            expect_in err "3 connections per edge" "(g) $coll"; then
+            pass "(g) RCC_NSOCKS=3: $coll exact over 3 connections per edge"
+        fi
+    done
+    # Ranks that disagree fail at set-up, naming the setting.
+    run 60 "$RUN" -n 3 sh -c 'RCC_NSOCKS=$((RCC_RANK + 1)) exec "$0" -b 1M -e 1M' "$PERF"
+    if [[ $rc -ne 0 ]] && expect_in err "RCC_NSOCKS is" "(g) differing"; then
+        pass "(g) differing RCC_NSOCKS fails the job, named (exit $rc)"
+    elif [[ $rc -eq 0 ]]; then
+        fail "(g) differing RCC_NSOCKS went unnoticed"
+    fi
+fi
+
+# ------------------------------------------------------------------------------------------
 if [[ ${#failed[@]} -ne 0 ]]; then
     echo "${#failed[@]} check(s) failed:" >&2
     printf '  %s\n' "${failed[@]}" >&2

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# ringcc against itself under different settings, on one network lab, in
+# one run: how RCC_* defaults are chosen by measurement.
+#
+#   bench/ab-netlab.sh [-n RANKS] [-r RATE] [-R ROUNDS] [-b MIN] [-e MAX] [-C COLL]
+#                      [-i ITERS] BUILD_DIR SETTING...
+#
+# Each SETTING is a space-separated list of environment assignments given to
+# every rank ("RCC_NSOCKS=2", "RCC_NSOCKS=4 RCC_SLOTS=8"; "-" for none). One
+# lab (tools/netlab: RANKS namespaces, links shaped to RATE, "none" for
+# unshaped) runs ringcc-perf -C COLL from MIN to MAX bytes (factor 2, ITERS
+# timed iterations) once per setting per round, the settings alternating, so
+# that the machine's noise falls on all of them alike. Prints a table: per
+# size, each setting's median busbw over the rounds (GB/s) and its ratio to
+# the first setting's; every rank's results are checked (a wrong element
+# fails the run). Defaults: -n 4 -r none -R 3 -b 16M -e 64M -C allreduce -i 5.
+# Needs root (netlab).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+netlab=$here/../tools/netlab
+n=4 rate=none rounds=3 min=16M max=64M coll=allreduce iters=5
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+while getopts "n:r:R:b:e:C:i:h" opt; do
+    case $opt in
+    n) n=$OPTARG ;;
+    r) rate=$OPTARG ;;
+    R) rounds=$OPTARG ;;
+    b) min=$OPTARG ;;
+    e) max=$OPTARG ;;
+    C) coll=$OPTARG ;;
+    i) iters=$OPTARG ;;
+    *) usage ;;
+    esac
+done
+shift $((OPTIND - 1))
+[[ $# -ge 2 ]] || usage
+build=$(cd "$1" && pwd)
+shift
+perf=$build/bench/ringcc-perf
+[[ -x $perf ]] || { echo "ab-netlab: $perf is not built" >&2; exit 2; }
+"$netlab" check >/dev/null || exit $?
+
+lab=ab$$
+work=$(mktemp -d)
+trap '"$netlab" down "$lab" >/dev/null 2>&1; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
+"$netlab" up -n "$n" -r "$rate" "$lab" >&2
+
+for ((round = 1; round <= rounds; round++)); do
+    for ((s = 1; s <= $#; s++)); do
+        setting=${!s}
+        [[ $setting == - ]] && setting=""
+        echo "ab-netlab: round $round/$rounds, setting $s: ${setting:-(defaults)}" >&2
+        # shellcheck disable=SC2086 # the setting's assignments are words on purpose
+        "$netlab" run -q -L "$lab" -t 900 -- env $setting "$perf" -C "$coll" -b "$min" -e "$max" \
+            -f 2 -n "$iters" -w 1 >"$work/r$round-s$s.out"
+    done
+done
+
+python3 - "$work" "$rounds" "$@" <<'EOF'
+import re, statistics, sys
+work, rounds, settings = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+busbw = {}  # (setting, size) -> [GB/s per round]
+for r in range(1, rounds + 1):
+    for s in range(1, len(settings) + 1):
+        for line in open(f"{work}/r{r}-s{s}.out"):
+            f = line.split()
+            if len(f) >= 8 and re.fullmatch(r"\d+", f[0]) and re.fullmatch(r"\d+", f[1]):
+                if f[-1] != "0":
+                    sys.exit(f"ab-netlab: wrong results at {f[0]} bytes, setting {settings[s-1]}")
+                busbw.setdefault((s, int(f[0])), []).append(float(f[-2]))
+sizes = sorted({size for (_, size) in busbw})
+names = [s if s != "-" else "(defaults)" for s in settings]
+print("| size | " + " | ".join(names) + " |")
+print("|---:|" + "---:|" * len(names))
+for size in sizes:
+    base = statistics.median(busbw[(1, size)])
+    cells = []
+    for s in range(1, len(settings) + 1):
+        m = statistics.median(busbw[(s, size)])
+        cells.append(f"{m:.3f}" + ("" if s == 1 else f" ({m / base:.2f}x)"))
+    print(f"| {size} | " + " | ".join(cells) + " |")
+print(f"\nbusbw GB/s, median of {rounds} rounds; ratio to the first setting.")
+EOF

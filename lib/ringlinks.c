@@ -1,0 +1,65 @@
+/* The ring edges' connections, for what treats them all alike. */
+#include "comm.h"
+
+static rcci_link_t *ring_link(struct rcc_comm *comm, int i)
+{
+    return i == 0 ? &comm->recv_link : &comm->send_link;
+}
+
+rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
+{
+    for (int i = 0; i < 2; i++) {
+        rcci_link_t *link = ring_link(comm, i);
+        for (int c = 0; c < link->nconns; c++) {
+            if (!link->conns[c])
+                continue;
+            rcc_result_t res = link->tr->probe(link->conns[c]);
+            if (res == RCC_SUCCESS || (notices_only && res == RCC_ERR_PEER_LOST))
+                continue;
+            /* The probe's own text says whether the peer told why (its
+             * notice names the cause) or just went: it stays. */
+            char peer[128];
+            rcci_bootstrap_peer_name(comm->bootstrap, link->peer, peer, sizeof peer);
+            rcci_error_prefix("the ring connection %s %s: ", i == 0 ? "from" : "to", peer);
+            return res;
+        }
+    }
+    return RCC_SUCCESS;
+}
+
+void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text)
+{
+    for (int i = 0; i < 2; i++) {
+        rcci_link_t *link = ring_link(comm, i);
+        for (int c = 0; c < link->nconns; c++)
+            if (link->conns[c])
+                link->tr->notify(link->conns[c], res, text);
+    }
+}
+
+void rcci_ring_close(struct rcc_comm *comm)
+{
+    for (int i = 0; i < 2; i++) {
+        rcci_link_t *link = ring_link(comm, i);
+        for (int c = 0; c < link->nconns; c++) {
+            if (link->conns[c])
+                link->tr->close(link->conns[c]);
+            link->conns[c] = NULL;
+        }
+    }
+}
+
+rcc_result_t rcci_ring_watch(struct rcc_comm *comm)
+{
+    for (int i = 0; i < 2; i++) {
+        rcci_link_t *link = ring_link(comm, i);
+        for (int c = 0; c < link->nconns; c++) {
+            if (!link->conns[c])
+                continue;
+            rcc_result_t res = rcci_progress_watch(comm, link->tr->wait_fd(link->conns[c]));
+            if (res != RCC_SUCCESS)
+                return res;
+        }
+    }
+    return RCC_SUCCESS;
+}
