@@ -206,11 +206,15 @@ rcc_result_t rcci_comm_leave(struct rcc_comm *comm, rcc_result_t res);
 /* The ring edges' connections taken together (ringlinks.c). probe: looks
  * at each without waiting (receiving edge first); a failure's text gets
  * "the ring connection from/to rank R (addr): " in front and is returned;
- * with `notices_only`, a plain close (RCC_ERR_PEER_LOST) is passed over,
- * looking for a peer's notice that names a cause. notify: a failure
+ * with `notices_only`, only a peer's notice counts (rcci_conn_notice),
+ * not a plain close: it names the cause. notify: a failure
  * notice on each (transport notify). close: closes and forgets them all.
  * watch: adds them to the progress thread's epoll set. */
 rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only);
+/* A failed peer's notice on `conn`, waiting or taken earlier: the error it
+ * carries (text set); RCC_SUCCESS when there is none — a healthy
+ * connection, or a plain close. Never blocks. */
+rcc_result_t rcci_conn_notice(const rcci_transport_t *tr, rcci_conn_t *conn);
 void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text);
 void rcci_ring_close(struct rcc_comm *comm);
 rcc_result_t rcci_ring_watch(struct rcc_comm *comm);

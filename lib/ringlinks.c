@@ -6,6 +6,16 @@ static rcci_link_t *ring_link(struct rcc_comm *comm, int i)
     return i == 0 ? &comm->recv_link : &comm->send_link;
 }
 
+rcc_result_t rcci_conn_notice(const rcci_transport_t *tr, rcci_conn_t *conn)
+{
+    rcci_tag_t tag;
+    int found = RCCI_PEEK_NONE;
+    rcc_result_t res = tr->peek(conn, &tag, &found);
+    if (res == RCC_ERR_PEER_LOST && found != RCCI_PEEK_NOTICE)
+        return RCC_SUCCESS; /* a plain close says nothing more */
+    return res;
+}
+
 rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
 {
     for (int i = 0; i < 2; i++) {
@@ -13,8 +23,9 @@ rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
         for (int c = 0; c < link->nconns; c++) {
             if (!link->conns[c])
                 continue;
-            rcc_result_t res = link->tr->probe(link->conns[c]);
-            if (res == RCC_SUCCESS || (notices_only && res == RCC_ERR_PEER_LOST))
+            rcc_result_t res = notices_only ? rcci_conn_notice(link->tr, link->conns[c])
+                                            : link->tr->probe(link->conns[c]);
+            if (res == RCC_SUCCESS)
                 continue;
             /* The probe's own text says whether the peer told why (its
              * notice names the cause) or just went: it stays. */

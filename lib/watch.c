@@ -56,7 +56,7 @@ static rcc_result_t watch_conn(struct rcc_comm *comm, const rcci_transport_t *tr
         return RCC_SUCCESS;
     if (res != RCC_SUCCESS || !found)
         return res;
-    if (found == 2) { /* an announcement: judged against ours now and later */
+    if (found == RCCI_PEEK_ANNOUNCE) { /* an announcement: judged against ours now and later */
         memcpy(comm->heard[peer], theirs.sig, RCCI_SIG_BYTES);
         comm->heard_valid[peer] = 1;
         return RCC_SUCCESS;

@@ -85,6 +85,9 @@ typedef struct rcci_conn rcci_conn_t;
 typedef struct rcci_request rcci_request_t;
 typedef struct rcci_mr rcci_mr_t;
 
+/* What a transport's peek found. */
+enum { RCCI_PEEK_NONE = 0, RCCI_PEEK_DATA = 1, RCCI_PEEK_ANNOUNCE = 2, RCCI_PEEK_NOTICE = 3 };
+
 typedef struct rcci_transport {
     /* -- version 1 -- */
     uint32_t abi;     /* RCCI_TRANSPORT_ABI the table was built for */
@@ -166,11 +169,13 @@ typedef struct rcci_transport {
 
     /* -- version 3 -- */
     /* The tag of the next message waiting on the connection that no posted
-     * receive covers, without taking it (*found = 1; 0: none, or not whole
-     * yet), or of an announcement (below), which is taken (*found = 2).
-     * Never blocks. How a rank waiting in one operation sees that a peer
-     * has sent data of another. Errors as probe; a notice (below) waiting
-     * there is returned as the error it carries. */
+     * receive covers, without taking it (*found = RCCI_PEEK_DATA; NONE:
+     * nothing, or not whole yet), or of an announcement (below), which is
+     * taken (ANNOUNCE). Never blocks. How a rank waiting in one operation
+     * sees that a peer has sent data of another. Errors as probe; a notice
+     * (below) waiting there, or taken earlier, is returned as the error it
+     * carries with *found = NOTICE (a failed peer's notice names the cause
+     * even when its code is RCC_ERR_PEER_LOST, as a plain close's does not). */
     rcc_result_t (*peek)(rcci_conn_t *conn, rcci_tag_t *tag, int *found);
     /* Best effort, never blocks: tells the peer that this rank's
      * communicator failed with `res` and `text`, when the connection is at

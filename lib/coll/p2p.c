@@ -352,8 +352,10 @@ static rcc_result_t p2p_probe_all(struct rcc_comm *comm, int notices_only)
             rcci_conn_t *conns[2];
             p2p_conns(lane, r, conns);
             for (int i = 0; i < 2; i++) {
-                rcc_result_t res = conns[i] ? p->tr->probe(conns[i]) : RCC_SUCCESS;
-                if (res == RCC_SUCCESS || (notices_only && res == RCC_ERR_PEER_LOST))
+                rcc_result_t res = !conns[i]     ? RCC_SUCCESS
+                                   : notices_only ? rcci_conn_notice(p->tr, conns[i])
+                                                  : p->tr->probe(conns[i]);
+                if (res == RCC_SUCCESS)
                     continue;
                 char peer[128];
                 rcci_bootstrap_peer_name(comm->bootstrap, r, peer, sizeof peer);

@@ -54,6 +54,7 @@ struct rcci_conn {
     rcc_result_t failed; /* sticky: a broken stream cannot be resynchronised */
     char failure[RCCI_ERR_TEXT_BYTES];
     int looked_for_notice; /* after a failure at the socket (below) */
+    int failed_by_notice;  /* `failed` is what the peer's notice said */
     char peer[96];
     char self[16]; /* "rank 3", for mismatch messages */
     tcp_queue_t sends, recvs;
@@ -355,6 +356,7 @@ static rcc_result_t tcp_take_notice(rcci_conn_t *c, const rcci_wire_frame_t *f,
     for (size_t i = 0; i < got; i++) /* the peer's text, shown as is: printable only */
         if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
             text[i] = '?';
+    c->failed_by_notice = 1;
     return tcp_fail(c, rcci_error(f->notice_res, "%s", got ? text : "a peer failed (no detail)"));
 }
 
@@ -486,9 +488,9 @@ static int tcp_wait_fd(rcci_conn_t *c) { return c->fd; }
  * connection with what it says. A close seen here fails it too. */
 static rcc_result_t tcp_peek_frame(rcci_conn_t *c, rcci_wire_frame_t *f, int *found)
 {
-    *found = 0;
+    *found = RCCI_PEEK_NONE;
     uint8_t header[RCCI_WIRE_HEADER_BYTES];
-    if (c->failed != RCC_SUCCESS) {
+    if (c->failed != RCC_SUCCESS && !c->failed_by_notice) {
         /* A peer that fails sends a notice and closes, and a close with
          * unread data in its socket resets the connection: a send here then
          * fails, with the notice unread in front of the reset. Once, at a
@@ -501,9 +503,14 @@ static rcc_result_t tcp_peek_frame(rcci_conn_t *c, rcci_wire_frame_t *f, int *fo
                 rcci_wire_parse(header, f, c->peer) == RCC_SUCCESS && f->notice &&
                 recv(c->fd, header, sizeof header, MSG_DONTWAIT) == (ssize_t)sizeof header) {
                 struct rcci_request none = {.moved = RCCI_WIRE_HEADER_BYTES};
+                *found = RCCI_PEEK_NOTICE;
                 return tcp_take_notice(c, f, &none, 0);
             }
         }
+        return rcci_error(c->failed, "%s", c->failure);
+    }
+    if (c->failed != RCC_SUCCESS) {
+        *found = RCCI_PEEK_NOTICE;
         return rcci_error(c->failed, "%s", c->failure);
     }
     if (c->recvs.head)
@@ -522,15 +529,16 @@ static rcc_result_t tcp_peek_frame(rcci_conn_t *c, rcci_wire_frame_t *f, int *fo
         if (recv(c->fd, header, sizeof header, MSG_DONTWAIT) != (ssize_t)sizeof header)
             return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s failed", c->peer));
         struct rcci_request none = {.moved = RCCI_WIRE_HEADER_BYTES};
+        *found = RCCI_PEEK_NOTICE;
         return tcp_take_notice(c, f, &none, 0);
     }
     if (f->announce) { /* not data: taken now, reported once */
         if (recv(c->fd, header, sizeof header, MSG_DONTWAIT) != (ssize_t)sizeof header)
             return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s failed", c->peer));
-        *found = 2;
+        *found = RCCI_PEEK_ANNOUNCE;
         return RCC_SUCCESS;
     }
-    *found = 1;
+    *found = RCCI_PEEK_DATA;
     return RCC_SUCCESS;
 }
 
