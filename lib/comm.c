@@ -102,6 +102,7 @@ typedef struct {
     uint64_t host_hash;
     int32_t nsocks; /* RCC_NSOCKS: both ends of an edge must make as many */
     int32_t unused;
+    int64_t nsocks_min_bytes; /* RCC_NSOCKS_MIN_BYTES: and deal chunks alike */
 } comm_peer_t;
 
 /* Connection tags of a ring edge's connections: the first is tag 0, the
@@ -208,6 +209,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     me->rank = comm->rank;
     me->host_hash = comm_host_hash();
     me->nsocks = (int32_t)rcci_param_int(RCCI_PARAM_NSOCKS);
+    me->nsocks_min_bytes = rcci_param_int(RCCI_PARAM_NSOCKS_MIN_BYTES);
     for (int i = 0; rcci_transports[i] && i < COMM_MAX_TRANSPORTS; i++) {
         const rcci_transport_t *tr = rcci_transports[i];
         if (*only && strcmp(only, tr->name) != 0)
@@ -226,11 +228,18 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
                  *only ? " (RCC_TRANSPORT=" : "", only,
                  *only ? " names none that works here)" : "");
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, peers, sizeof *peers));
-    for (int r = 0; r < comm->nranks; r++)
+    for (int r = 0; r < comm->nranks; r++) {
         if (peers[r].nsocks != me->nsocks)
             RCC_FAIL(RCC_ERR_INVALID_USAGE,
                      "RCC_NSOCKS is %d on rank %d but %d here (rank %d): set it alike everywhere",
                      (int)peers[r].nsocks, r, (int)me->nsocks, comm->rank);
+        if (peers[r].nsocks_min_bytes != me->nsocks_min_bytes)
+            RCC_FAIL(RCC_ERR_INVALID_USAGE,
+                     "RCC_NSOCKS_MIN_BYTES is %lld on rank %d but %lld here (rank %d): set it "
+                     "alike everywhere",
+                     (long long)peers[r].nsocks_min_bytes, r, (long long)me->nsocks_min_bytes,
+                     comm->rank);
+    }
 
     int send_tr, recv_tr;
     RCC_CHECK(comm_pick_transport(comm, peers, next, &send_tr));
@@ -238,10 +247,12 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     comm->send_link = (rcci_link_t){.tr = rcci_transports[send_tr],
                                     .tctx = comm->tctx[send_tr],
                                     .nconns = me->nsocks,
+                                    .spread_min_bytes = (size_t)me->nsocks_min_bytes,
                                     .peer = next};
     comm->recv_link = (rcci_link_t){.tr = rcci_transports[recv_tr],
                                     .tctx = comm->tctx[recv_tr],
                                     .nconns = me->nsocks,
+                                    .spread_min_bytes = (size_t)me->nsocks_min_bytes,
                                     .peer = prev};
     RCC_CHECK(comm->recv_link.tr->listen(
         comm->recv_link.tctx, handles + (size_t)comm->rank * RCCI_HANDLE_BYTES, &listener));

@@ -101,15 +101,17 @@ typedef struct {
 } rcci_p2p_links_t;
 
 /* One ring edge: its connections (RCC_NSOCKS, all to the same peer) and the
- * transport that runs them. The pipeline deals a collective's messages
- * round-robin over the connections (message i on conns[i % nconns]), the
- * same on both ends, so that several streams share the edge. */
+ * transport that runs them. The pipeline deals the messages of a large
+ * collective (RCC_NSOCKS_MIN_BYTES) round-robin over the connections
+ * (message i on conns[i % nconns]), the same on both ends, so that several
+ * streams share the edge; smaller ones use conns[0]. */
 #define RCCI_RING_MAX_CONNS 8
 typedef struct {
     const rcci_transport_t *tr;
     void *tctx;
     rcci_conn_t *conns[RCCI_RING_MAX_CONNS];
     int nconns;
+    size_t spread_min_bytes; /* operations smaller than this use conns[0] only */
     int peer;
 } rcci_link_t;
 

@@ -23,9 +23,12 @@
     X(CHUNK_BYTES, INT, "256K", 4096, 1073741824,                                                  \
       "pipeline chunk size: the unit that flows around the ring")                                  \
     X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \
-    X(NSOCKS, INT, "1", 1, 8,                                                                      \
-      "connections (TCP sockets) per ring edge; chunks are dealt round-robin over them; must be "  \
-      "the same on every rank")                                                                    \
+    X(NSOCKS, INT, "2", 1, 8,                                                                      \
+      "connections (TCP sockets) per ring edge; the chunks of operations of RCC_NSOCKS_MIN_BYTES " \
+      "or more are dealt round-robin over them; must be the same on every rank")                   \
+    X(NSOCKS_MIN_BYTES, INT, "16M", 0, 1ll << 40,                                                  \
+      "smallest operation (its whole buffer, bytes) whose chunks use all RCC_NSOCKS connections; " \
+      "smaller ones use the first; must be the same on every rank")                                \
     X(SOCKET_IFNAME, STR, "", 0, 0,                                                                \
       "network interface to use (prefix match); default: the one that routes to the root")         \
     X(SOCKET_BUF_BYTES, INT, "4M", 0, 1073741824,                                                  \

@@ -29,6 +29,7 @@ struct rcci_exec {
     rcci_request_t **sreq, **rreq; /* ring buffers indexed by item % slots */
     int64_t last_progress_ns;
     int local_done;
+    size_t nconns;  /* connections per edge it deals its messages over */
     rcci_tag_t tag; /* every message of the operation carries it */
 };
 
@@ -116,6 +117,14 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
                                  .slots = (size_t)comm->slots,
                                  .chunk_elems = pipe_chunk_elems(comm, op, esize)};
     rcci_schedule_init(&x->sched);
+    /* The operation's whole buffer, the same on every rank. */
+    size_t nblocks = op->coll == RCCI_COLL_REDUCE_SCATTER || op->coll == RCCI_COLL_ALLGATHER
+                         ? (size_t)comm->nranks
+                         : 1;
+    size_t bytes = op->count * esize * nblocks;
+    x->nconns = bytes >= comm->send_link.spread_min_bytes ? (size_t)comm->send_link.nconns : 1;
+    if (x->nconns < 1)
+        x->nconns = 1;
     x->sreq = calloc((size_t)comm->slots, sizeof *x->sreq);
     x->rreq = calloc((size_t)comm->slots, sizeof *x->rreq);
     x->last_progress_ns = rcci_now_ns();
@@ -179,7 +188,7 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progr
         rcci_schedule_recv(&x->sched, x->recv_posted, &step);
         if (step.count > 0) { /* empty steps are skipped on both sides */
             void *dst = step.local ? pipe_slot(comm, x->recv_posted) : step.dst;
-            res = rl->tr->irecv(rl->conns[x->recv_posted % (size_t)rl->nconns], dst,
+            res = rl->tr->irecv(rl->conns[x->recv_posted % x->nconns], dst,
                                 step.count * esize, &x->tag, NULL,
                                 &x->rreq[x->recv_posted % slots]);
             if (res != RCC_SUCCESS)
@@ -197,7 +206,7 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progr
         if (step.dep >= 0 && (size_t)step.dep >= x->recv_done)
             break; /* what it forwards has not arrived (or been reduced) yet */
         if (step.count > 0) {
-            res = sl->tr->isend(sl->conns[x->send_posted % (size_t)sl->nconns], step.src,
+            res = sl->tr->isend(sl->conns[x->send_posted % x->nconns], step.src,
                                 step.count * esize, &x->tag, NULL,
                                 &x->sreq[x->send_posted % slots]);
             if (res != RCC_SUCCESS)

@@ -334,9 +334,11 @@ fi
 echo "== (g) RCC_NSOCKS"
 
 if [[ -x $PERF ]]; then
-    # 4 ranks, 3 connections per ring edge: the ring's collectives, sizes across the chunking.
+    # 4 ranks, 3 connections per ring edge, spread from 64 KiB (one below it): the ring's
+    # collectives, sizes across the chunking and the threshold.
     for coll in allreduce reducescatter allgather broadcast; do
-        run 180 env RCC_NSOCKS=3 RCC_DEBUG=INFO "$RUN" -n 4 "$PERF" -C $coll -b 1 -e 8M -f 8 -n 2 -w 1
+        run 180 env RCC_NSOCKS=3 RCC_NSOCKS_MIN_BYTES=64K RCC_DEBUG=INFO "$RUN" -n 4 "$PERF" \
+            -C $coll -b 1 -e 8M -f 8 -n 2 -w 1
         if expect_rc 0 "(g) $coll" && perf_rows 8 "(g) $coll" &&
             expect_in err "3 connections per edge" "(g) $coll"; then
             pass "(g) RCC_NSOCKS=3: $coll exact over 3 connections per edge"
@@ -348,6 +350,12 @@ if [[ -x $PERF ]]; then
         pass "(g) differing RCC_NSOCKS fails the job, named (exit $rc)"
     elif [[ $rc -eq 0 ]]; then
         fail "(g) differing RCC_NSOCKS went unnoticed"
+    fi
+    run 60 "$RUN" -n 3 sh -c 'RCC_NSOCKS_MIN_BYTES=$((RCC_RANK + 1))M exec "$0" -b 1M -e 1M' "$PERF"
+    if [[ $rc -ne 0 ]] && expect_in err "RCC_NSOCKS_MIN_BYTES is" "(g) differing threshold"; then
+        pass "(g) differing RCC_NSOCKS_MIN_BYTES fails the job, named (exit $rc)"
+    elif [[ $rc -eq 0 ]]; then
+        fail "(g) differing RCC_NSOCKS_MIN_BYTES went unnoticed"
     fi
 fi
 
