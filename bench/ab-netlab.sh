@@ -11,9 +11,9 @@
 # unshaped) runs ringcc-perf -C COLL from MIN to MAX bytes (factor 2, ITERS
 # timed iterations) once per setting per round, the settings alternating, so
 # that the machine's noise falls on all of them alike. Prints a table: per
-# size, each setting's median busbw over the rounds (GB/s) and its ratio to
-# the first setting's; every rank's results are checked (a wrong element
-# fails the run). Defaults: -n 4 -r none -R 3 -b 16M -e 64M -C allreduce -i 5.
+# size, each setting's median busbw (GB/s) and time (us) over the rounds and
+# its speed relative to the first setting's; every rank's results are
+# checked (a wrong element fails the run). Defaults: -n 4 -r none -R 3 -b 16M -e 64M -C allreduce -i 5.
 # Needs root (netlab).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -60,7 +60,7 @@ done
 python3 - "$work" "$rounds" "$@" <<'EOF'
 import re, statistics, sys
 work, rounds, settings = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-busbw = {}  # (setting, size) -> [GB/s per round]
+runs = {}  # (setting, size) -> [(time us, busbw GB/s) per round]
 for r in range(1, rounds + 1):
     for s in range(1, len(settings) + 1):
         for line in open(f"{work}/r{r}-s{s}.out"):
@@ -68,17 +68,19 @@ for r in range(1, rounds + 1):
             if len(f) >= 8 and re.fullmatch(r"\d+", f[0]) and re.fullmatch(r"\d+", f[1]):
                 if f[-1] != "0":
                     sys.exit(f"ab-netlab: wrong results at {f[0]} bytes, setting {settings[s-1]}")
-                busbw.setdefault((s, int(f[0])), []).append(float(f[-2]))
-sizes = sorted({size for (_, size) in busbw})
+                runs.setdefault((s, int(f[0])), []).append((float(f[-4]), float(f[-2])))
+sizes = sorted({size for (_, size) in runs})
 names = [s if s != "-" else "(defaults)" for s in settings]
 print("| size | " + " | ".join(names) + " |")
 print("|---:|" + "---:|" * len(names))
 for size in sizes:
-    base = statistics.median(busbw[(1, size)])
+    base = statistics.median(t for t, _ in runs[(1, size)])
     cells = []
     for s in range(1, len(settings) + 1):
-        m = statistics.median(busbw[(s, size)])
-        cells.append(f"{m:.3f}" + ("" if s == 1 else f" ({m / base:.2f}x)"))
+        t = statistics.median(t for t, _ in runs[(s, size)])
+        bw = statistics.median(b for _, b in runs[(s, size)])
+        cells.append(f"{bw:.3f} / {t:.1f}" + ("" if s == 1 else f" ({base / t:.2f}x)"))
     print(f"| {size} | " + " | ".join(cells) + " |")
-print(f"\nbusbw GB/s, median of {rounds} rounds; ratio to the first setting.")
+print(f"\nbusbw GB/s / time us, medians of {rounds} rounds; (ratio): the first setting's "
+      "time over this one's (>1: faster).")
 EOF
