@@ -16,8 +16,9 @@
  *    negative) for an invalid operation. The results are fixed up to x86's (red_nan);
  *  - the device rounds the same way but may contract a * b + c into an FMA: every operation
  *    is an explicit _rn intrinsic, which is never contracted;
- *  - the host's float16 widening (halfbits.h) subtracts in float, which would lose a NaN's
- *    payload here: red_h2f_dev builds the bits with integer operations instead (same values).
+ *  - the host's float16 conversions (halfbits.h) are integer work around one float operation,
+ *    written for host vectors; here the hardware conversions give the same values, and a NaN
+ *    takes a path of its own that keeps its payload (red_h2f_dev, red_f2h_dev).
  * Subnormals are kept (no -ftz), as on the host.
  */
 #include <cuda_runtime.h>
@@ -42,26 +43,36 @@ extern "C" {
 #define RED_MAX_DEVICES 64
 
 /* ---------------------------------------------------------------------------
- * Conversions (device): lib/halfbits.h's, except for the float16 widening
+ * Conversions (device): float16 in hardware, NaN aside; bfloat16 as in lib/halfbits.h
  * ------------------------------------------------------------------------- */
 
 /* binary16 -> binary32, exact, as halfbits.h's red_h2f (whose float subtraction would turn a NaN
- * into the GPU's canonical NaN here): inf and NaN keep sign and payload as bits (the host's
- * widening makes a signalling NaN quiet, which red_nan does to every NaN that reaches a result).
- * A subnormal m * 2^-24 is m times a power of two: exact in float32. */
+ * into the GPU's canonical NaN here). The hardware conversion is exact for every finite value and
+ * infinity; a NaN keeps its sign and payload as bits instead (the host's widening makes a
+ * signalling NaN quiet, which red_nan does to every NaN that reaches a result). */
 static __device__ __forceinline__ float red_h2f_dev(uint16_t h)
 {
-    uint32_t s = ((uint32_t)h & 0x8000u) << 16;
-    uint32_t e = ((uint32_t)h >> 10) & 0x1fu, m = (uint32_t)h & 0x3ffu;
-    if (e == 0x1fu)
-        return red_u2f(s | 0x7f800000u | (m << 13));
-    if (e != 0)
-        return red_u2f(s | ((e + 112u) << 23) | (m << 13));
-    return red_u2f(s | red_f2u(__fmul_rn((float)m, 5.9604644775390625e-8f))); /* 2^-24 */
+    float f;
+    if ((h & 0x7fffu) > 0x7c00u)
+        return red_u2f(((uint32_t)h & 0x8000u) << 16 | 0x7f800000u | ((uint32_t)h & 0x3ffu) << 13);
+    asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
+    return f;
 }
 
-/* Narrowing is halfbits.h's red_f2h and red_f2b: integer operations and, in red_f2h, one float
- * addition that never has a NaN operand (a NaN is clamped to 2^16 first). */
+/* binary32 -> binary16 as halfbits.h's red_f2h: the hardware conversion rounds to nearest-even
+ * and overflows to infinity as it does, subnormals included; a NaN (canonical on the GPU) goes
+ * through red_f2h, which keeps its sign and payload. Integer work for every element would make
+ * the float16 kernels compute-bound. */
+static __device__ __forceinline__ uint16_t red_f2h_dev(float f)
+{
+    uint16_t h;
+    if (f != f)
+        return red_f2h(f);
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+/* bfloat16 uses halfbits.h's red_b2f and red_f2b as they are (integer operations only). */
 
 /* ---------------------------------------------------------------------------
  * Element types
@@ -167,7 +178,7 @@ typedef RedInt<int32_t, uint32_t, int32_t> RedI32;
 typedef RedInt<uint32_t, uint32_t, uint32_t> RedU32;
 typedef RedInt<int64_t, uint64_t, int64_t> RedI64;
 typedef RedInt<uint64_t, uint64_t, uint64_t> RedU64;
-typedef RedFloat<uint16_t, RedW32, red_h2f_dev, red_f2h> RedF16;
+typedef RedFloat<uint16_t, RedW32, red_h2f_dev, red_f2h_dev> RedF16;
 typedef RedFloat<float, RedW32, red_id32, red_id32> RedF32;
 typedef RedFloat<double, RedW64, red_id64, red_id64> RedF64;
 typedef RedFloat<uint16_t, RedW32, red_b2f, red_f2b> RedBF16;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# tests/gpu/run-device.sh OUTDIR
+#
+# For the GPU machine (meson, ninja, nvcc, gcc and python3; no Check, no libibverbs-dev): builds
+# ringcc with CUDA in a fresh build folder (build-gpu, at the repository root), runs the test
+# suite 'gpu' and bench ringcc-kernperf, and writes the logs into OUTDIR:
+#   setup.log build.log        meson setup and ninja
+#   gpu-tests.log testlog.txt  meson test --suite gpu (console, and meson's full log)
+#   kernperf.txt               ringcc-kernperf (kernel GB/s beside cudaMemcpy D2D GB/s)
+#   summary.txt                what is printed at the end
+# Every stage has its own time limit; together they stay under 8 minutes. The Check suites are
+# left out (-Dcheck=disabled): Check is not installed there. Exit status 0 when every stage
+# passed (a test that skipped, e.g. without a device, counts as passed; the summary says so).
+# RCC_JOBS sets ninja's -j (default: every core).
+set -u
+
+if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+fi
+mkdir -p "$1" || exit 2
+out=$(cd "$1" && pwd) || exit 2
+root=$(cd "$(dirname "$0")/../.." && pwd) || exit 2
+build="$root/build-gpu"
+jobs=${RCC_JOBS:-$(nproc 2>/dev/null || echo 4)} # ninja -j (RCC_JOBS overrides)
+status=0
+
+# stage NAME SECONDS LOG COMMAND...: runs COMMAND under a time limit, output to LOG; records
+# a failure (timeout: exit status 124) in the summary.
+stage() {
+    local name=$1 limit=$2 log=$3 rc start
+    shift 3
+    start=$(date +%s)
+    timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+    rc=$?
+    printf '%-10s rc=%-3d %4ds  %s\n' "$name" "$rc" "$(($(date +%s) - start))" "$log" \
+        | tee -a "$out/summary.txt"
+    return "$rc"
+}
+
+: >"$out/summary.txt"
+{
+    echo "# ringcc $(git -C "$root" describe --always --dirty 2>/dev/null || echo '(no git)')"
+    echo "# $(date -u +%FT%TZ) $(uname -n)"
+    nvcc --version 2>&1 | tail -n 1
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+    else
+        echo "(no nvidia-smi)"
+    fi
+} | tee -a "$out/summary.txt"
+
+rm -rf "$build"
+if ! stage setup 120 "$out/setup.log" \
+    meson setup "$build" "$root" -Dcuda=enabled -Dcheck=disabled -Dibverbs=disabled; then
+    tail -n 20 "$out/setup.log"
+    exit 1
+fi
+if ! stage build 240 "$out/build.log" ninja -C "$build" -j "$jobs"; then
+    grep -m 20 -B 2 -A 10 'FAILED' "$out/build.log"
+    exit 1
+fi
+stage gpu-tests 180 "$out/gpu-tests.log" \
+    meson test -C "$build" --no-rebuild --suite gpu --print-errorlogs || status=1
+cp "$build/meson-logs/testlog.txt" "$out/testlog.txt" 2>/dev/null
+stage kernperf 120 "$out/kernperf.txt" "$build/bench/ringcc-kernperf"
+rc=$?
+[ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1 # 77: skipped (no device), the reason in the log
+
+{
+    echo "--- gpu suite"
+    grep -E '^(Ok|Fail|Skipped|Timeout|Expected Fail|Unexpected Pass):' "$out/gpu-tests.log"
+    grep -h -E '^(SKIP:|FAIL |[0-9]+ passed, [0-9]+ failed)' "$out/testlog.txt" | head -n 20
+    echo "--- ringcc-kernperf"
+    cat "$out/kernperf.txt"
+} | tee -a "$out/summary.txt"
+exit "$status"
