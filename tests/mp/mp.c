@@ -40,18 +40,43 @@ typedef struct {
 static mp_area_t *mp_area;
 static int mp_port;
 
+/* A port for the run's root that is free now; rank 0 binds it moments
+ * later (on every address, with SO_REUSEADDR, as the library does). Taken
+ * below the kernel's ephemeral range: ports handed out for port-0 binds
+ * and outgoing connections — other tests' sockets, this run's own — come
+ * from that range and could take it in the window before rank 0 binds. */
 static int mp_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        perror("mp_free_port");
-        exit(2);
+    int low = 32768, high;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &low, &high) != 2)
+            low = 32768;
+        fclose(f);
     }
-    close(fd);
-    return ntohs(a.sin_port);
+    if (low > 65536)
+        low = 65536;
+    unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL) * 2654435761u;
+    for (int attempt = 0; attempt < 200; attempt++) {
+        int port = low > 11024 ? 10000 + (int)(rand_r(&seed) % (unsigned)(low - 11024)) : 0;
+        int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_addr.s_addr = htonl(INADDR_ANY),
+                                .sin_port = htons((uint16_t)port)};
+        socklen_t len = sizeof a;
+        if (fd < 0) {
+            perror("mp_free_port");
+            exit(2);
+        }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+                 getsockname(fd, (struct sockaddr *)&a, &len) == 0;
+        close(fd);
+        if (ok)
+            return ntohs(a.sin_port);
+    }
+    fprintf(stderr, "mp_free_port: no free port below %d after 200 tries\n", low);
+    exit(2);
 }
 
 int mp_root_port(void) { return mp_port; }
