@@ -483,6 +483,18 @@ static rcc_result_t tcp_test(rcci_request_t *r, int *done)
 
 static int tcp_wait_fd(rcci_conn_t *c) { return c->fd; }
 
+/* Takes a notice whose header (in `f`) was peeked: the header, then its
+ * text; fails the connection with what it says. */
+static rcc_result_t tcp_take_peeked_notice(rcci_conn_t *c, const rcci_wire_frame_t *f, int *found)
+{
+    uint8_t header[RCCI_WIRE_HEADER_BYTES];
+    if (recv(c->fd, header, sizeof header, MSG_DONTWAIT) != (ssize_t)sizeof header)
+        return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s failed", c->peer));
+    struct rcci_request none = {.moved = RCCI_WIRE_HEADER_BYTES};
+    *found = RCCI_PEEK_NOTICE;
+    return tcp_take_notice(c, f, &none, 0);
+}
+
 /* The header of the next message when no receive is posted and it is
  * whole in the socket (*found); a notice there is taken and fails the
  * connection with what it says. A close seen here fails it too. */
@@ -490,27 +502,22 @@ static rcc_result_t tcp_peek_frame(rcci_conn_t *c, rcci_wire_frame_t *f, int *fo
 {
     *found = RCCI_PEEK_NONE;
     uint8_t header[RCCI_WIRE_HEADER_BYTES];
-    if (c->failed != RCC_SUCCESS && !c->failed_by_notice) {
+    if (c->failed != RCC_SUCCESS) {
         /* A peer that fails sends a notice and closes, and a close with
          * unread data in its socket resets the connection: a send here then
          * fails, with the notice unread in front of the reset. Once, at a
          * message boundary of the receive stream, look for it. */
         int boundary = !c->recvs.head || c->recvs.head->moved == 0;
-        if (c->failed == RCC_ERR_PEER_LOST && boundary && !c->looked_for_notice) {
+        if (!c->failed_by_notice && c->failed == RCC_ERR_PEER_LOST && boundary &&
+            !c->looked_for_notice) {
             c->looked_for_notice = 1;
             if (recv(c->fd, header, sizeof header, MSG_PEEK | MSG_DONTWAIT) ==
                     (ssize_t)sizeof header &&
-                rcci_wire_parse(header, f, c->peer) == RCC_SUCCESS && f->notice &&
-                recv(c->fd, header, sizeof header, MSG_DONTWAIT) == (ssize_t)sizeof header) {
-                struct rcci_request none = {.moved = RCCI_WIRE_HEADER_BYTES};
-                *found = RCCI_PEEK_NOTICE;
-                return tcp_take_notice(c, f, &none, 0);
-            }
+                rcci_wire_parse(header, f, c->peer) == RCC_SUCCESS && f->notice)
+                return tcp_take_peeked_notice(c, f, found);
         }
-        return rcci_error(c->failed, "%s", c->failure);
-    }
-    if (c->failed != RCC_SUCCESS) {
-        *found = RCCI_PEEK_NOTICE;
+        if (c->failed_by_notice)
+            *found = RCCI_PEEK_NOTICE;
         return rcci_error(c->failed, "%s", c->failure);
     }
     if (c->recvs.head)
@@ -525,13 +532,8 @@ static rcc_result_t tcp_peek_frame(rcci_conn_t *c, rcci_wire_frame_t *f, int *fo
     rcc_result_t res = rcci_wire_parse(header, f, c->peer);
     if (res != RCC_SUCCESS)
         return tcp_fail(c, res);
-    if (f->notice) { /* the stream ends with it: take it */
-        if (recv(c->fd, header, sizeof header, MSG_DONTWAIT) != (ssize_t)sizeof header)
-            return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s failed", c->peer));
-        struct rcci_request none = {.moved = RCCI_WIRE_HEADER_BYTES};
-        *found = RCCI_PEEK_NOTICE;
-        return tcp_take_notice(c, f, &none, 0);
-    }
+    if (f->notice) /* the stream ends with it: take it */
+        return tcp_take_peeked_notice(c, f, found);
     if (f->announce) { /* not data: taken now, reported once */
         if (recv(c->fd, header, sizeof header, MSG_DONTWAIT) != (ssize_t)sizeof header)
             return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s failed", c->peer));
