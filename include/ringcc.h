@@ -241,8 +241,7 @@ RCC_API const char *rcc_last_error(rcc_comm_t comm);
  * instead (RCC_INLINE), handing over to the progress thread as soon as
  * another thread queues work behind it.
  *
- * Room reserved for later versions: rcc_<collective>_stream() (CUDA stream
- * ordered).
+ * The CUDA stream-ordered forms, rcc_<name>_stream(), follow at the end.
  * ------------------------------------------------------------------------- */
 
 /* A nonblocking operation in flight. Owned by the caller until rcc_test
@@ -369,6 +368,69 @@ RCC_API rcc_result_t rcc_wait(rcc_request_t *req);
 /* rcc_wait on each of n requests, in any completion order; returns the
  * first failure (all requests are waited for and freed regardless). */
 RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
+
+/* ---------------------------------------------------------------------------
+ * Collectives ordered on a CUDA stream (NCCL's semantics)
+ *
+ * rcc_<name>_stream takes the arguments of rcc_<name> and a `stream`, a
+ * cudaStream_t passed as void * so that this header needs no CUDA header
+ * (NULL is CUDA's legacy default stream). Buffers may be device memory or
+ * host memory (pinned or not), in any mix.
+ *
+ * In a build with CUDA (rcc_cuda_available() says whether this process can
+ * use a device) the call checks its arguments, queues the operation and
+ * returns without waiting for the GPU or the network: the operation starts
+ * once the work queued on `stream` before the call has finished, and work
+ * queued on `stream` after the call starts only once the operation's result
+ * is in recvbuf. The calling thread never synchronises with the GPU (no
+ * cudaStreamSynchronize, no device-wide synchronisation); the
+ * communicator's progress thread moves the data (device memory over TCP is
+ * staged through pinned host memory, chunk by chunk, and reduced on the GPU).
+ * Buffers belong to the library until the stream has passed the operation.
+ *
+ * Errors found by the call (bad arguments, a broken communicator) are
+ * returned at once and nothing is queued. A failure while the operation
+ * runs (a peer lost, a timeout, a mismatch) is reported as NCCL reports it:
+ * by rcc_comm_get_async_error and by every later call on the communicator;
+ * the stream is released all the same (never left waiting), and recvbuf then
+ * holds unspecified values.
+ *
+ * Without CUDA in the build, or with no usable device, only stream == NULL
+ * with host buffers is accepted: the call is then the blocking host
+ * collective. Any other stream is RCC_ERR_UNSUPPORTED.
+ *
+ * Inside a group (rcc_group_start/end) stream calls are launched at the
+ * outermost rcc_group_end, like host calls, and each stream of the group
+ * waits for all of the group's operations issued on it.
+ *
+ * Thread-safety and ordering rules are those of the host collectives.
+ * ------------------------------------------------------------------------- */
+
+/* 1 when this build has CUDA and the process sees at least one device, else
+ * 0 (with the reason in rcc_last_error(NULL)). Never blocks for long (the
+ * first call loads the driver); thread-safe. */
+RCC_API int rcc_cuda_available(void);
+
+RCC_API rcc_result_t rcc_allreduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                          rcc_datatype_t dtype, rcc_redop_t op, rcc_comm_t comm,
+                                          void *stream);
+RCC_API rcc_result_t rcc_reduce_scatter_stream(const void *sendbuf, void *recvbuf,
+                                               size_t recvcount, rcc_datatype_t dtype,
+                                               rcc_redop_t op, rcc_comm_t comm, void *stream);
+RCC_API rcc_result_t rcc_allgather_stream(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                          rcc_datatype_t dtype, rcc_comm_t comm, void *stream);
+RCC_API rcc_result_t rcc_broadcast_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                          rcc_datatype_t dtype, int root, rcc_comm_t comm,
+                                          void *stream);
+RCC_API rcc_result_t rcc_reduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                       rcc_datatype_t dtype, rcc_redop_t op, int root,
+                                       rcc_comm_t comm, void *stream);
+RCC_API rcc_result_t rcc_send_stream(const void *sendbuf, size_t count, rcc_datatype_t dtype,
+                                     int peer, rcc_comm_t comm, void *stream);
+RCC_API rcc_result_t rcc_recv_stream(void *recvbuf, size_t count, rcc_datatype_t dtype, int peer,
+                                     rcc_comm_t comm, void *stream);
+RCC_API rcc_result_t rcc_alltoall_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                         rcc_datatype_t dtype, rcc_comm_t comm, void *stream);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,16 @@ struct rcc_request {
     rcci_op_t *op;
 };
 
+/* How a call runs: blocking, nonblocking (a request), or ordered on a CUDA
+ * stream (lib/stream.c). */
+typedef struct {
+    int nonblocking;
+    int on_stream;
+    void *stream;
+} coll_how_t;
+#define HOW_BLOCKING ((coll_how_t){0, 0, NULL})
+#define HOW_NONBLOCKING ((coll_how_t){1, 0, NULL})
+
 static rcc_result_t coll_check_type(const char *name, rcc_datatype_t dtype, size_t count,
                                     size_t blocks)
 {
@@ -67,22 +77,12 @@ static rcc_result_t coll_check_ptr(const char *name, const void *p, const char *
     return RCC_SUCCESS;
 }
 
-/* Queues `tmpl` as a new operation; *req gets its request (NULL when there
- * is nothing to do). */
-static rcc_result_t coll_submit(struct rcc_comm *comm, const rcci_op_t *tmpl, size_t extra,
-                                int blocking, rcc_request_t *req)
+/* A new operation record copied from `tmpl` (NULL when out of memory). */
+static rcci_op_t *coll_op_new(const struct rcc_comm *comm, const rcci_op_t *tmpl, size_t extra)
 {
-    *req = NULL;
-    if (tmpl->count == 0 && tmpl->coll != RCCI_COLL_BARRIER)
-        return RCC_SUCCESS; /* nothing moves, as in NCCL */
     rcci_op_t *op = rcci_op_new(extra);
-    struct rcc_request *r = malloc(sizeof *r);
-    if (!op || !r) {
-        free(r);
-        if (op)
-            rcci_op_release(op);
-        return rcci_error(RCC_ERR_NO_MEMORY, "%s: operation record", rcci_coll_name(tmpl->coll));
-    }
+    if (!op)
+        return NULL;
     op->coll = tmpl->coll;
     op->sendbuf = tmpl->sendbuf;
     op->recvbuf = tmpl->recvbuf;
@@ -99,6 +99,25 @@ static rcc_result_t coll_submit(struct rcc_comm *comm, const rcci_op_t *tmpl, si
     if (op->coll == RCCI_COLL_BARRIER) { /* an allreduce of one byte per rank */
         op->sendbuf = op->inline_data;
         op->recvbuf = op->inline_data + comm->nranks;
+    }
+    return op;
+}
+
+/* Queues `tmpl` as a new operation; *req gets its request (NULL when there
+ * is nothing to do). */
+static rcc_result_t coll_submit(struct rcc_comm *comm, const rcci_op_t *tmpl, size_t extra,
+                                int blocking, rcc_request_t *req)
+{
+    *req = NULL;
+    if (tmpl->count == 0 && tmpl->coll != RCCI_COLL_BARRIER)
+        return RCC_SUCCESS; /* nothing moves, as in NCCL */
+    rcci_op_t *op = coll_op_new(comm, tmpl, extra);
+    struct rcc_request *r = malloc(sizeof *r);
+    if (!op || !r) {
+        free(r);
+        if (op)
+            rcci_op_release(op);
+        return rcci_error(RCC_ERR_NO_MEMORY, "%s: operation record", rcci_coll_name(tmpl->coll));
     }
     r->op = op;
     if (rcci_group_active()) { /* launched by rcc_group_end */
@@ -122,11 +141,20 @@ static rcc_result_t coll_submit(struct rcc_comm *comm, const rcci_op_t *tmpl, si
 /* The shared body of every collective call: checks (done by the caller into
  * `res`), submit, and for blocking calls (req == NULL) the wait. */
 static rcc_result_t coll_call(struct rcc_comm *comm, rcc_result_t res, const rcci_op_t *tmpl,
-                              rcc_request_t *req)
+                              rcc_request_t *req, coll_how_t how)
 {
     rcc_request_t local = NULL;
     size_t extra = tmpl->coll == RCCI_COLL_BARRIER ? 2 * (size_t)comm->nranks
                                                    : sizeof *tmpl->msgs * (size_t)tmpl->nmsgs;
+    if (how.on_stream) { /* queued behind the stream's work; nothing to wait for here */
+        if (res == RCC_SUCCESS && (tmpl->count > 0 || tmpl->coll == RCCI_COLL_BARRIER)) {
+            rcci_op_t *op = coll_op_new(comm, tmpl, extra);
+            res = op ? rcci_stream_submit(comm, op, how.stream)
+                     : rcci_error(RCC_ERR_NO_MEMORY, "%s: operation record",
+                                  rcci_coll_name(tmpl->coll));
+        }
+        return rcci_comm_leave(comm, res);
+    }
     if (res == RCC_SUCCESS)
         res = coll_submit(comm, tmpl, extra, !req, req ? req : &local);
     rcc_request_t mine = req ? *req : local;
@@ -172,9 +200,9 @@ static rcc_result_t coll_enter(const char *name, struct rcc_comm *comm, rcc_requ
 
 static rcc_result_t coll_allreduce(const char *name, const void *sendbuf, void *recvbuf,
                                    size_t count, rcc_datatype_t dtype, rcc_redop_t redop,
-                                   rcc_comm_t comm, rcc_request_t *req, int nonblocking)
+                                   rcc_comm_t comm, rcc_request_t *req, coll_how_t how)
 {
-    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
+    rcc_result_t res = coll_enter(name, comm, req, how.nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     res = coll_check_type(name, dtype, count, 1);
@@ -193,19 +221,19 @@ static rcc_result_t coll_allreduce(const char *name, const void *sendbuf, void *
                       .count = count,
                       .dtype = dtype,
                       .redop = redop};
-    return coll_call(comm, res, &tmpl, req);
+    return coll_call(comm, res, &tmpl, req, how);
 }
 
 rcc_result_t rcc_allreduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                            rcc_redop_t redop, rcc_comm_t comm)
 {
-    return coll_allreduce("rcc_allreduce", sendbuf, recvbuf, count, dtype, redop, comm, NULL, 0);
+    return coll_allreduce("rcc_allreduce", sendbuf, recvbuf, count, dtype, redop, comm, NULL, HOW_BLOCKING);
 }
 
 rcc_result_t rcc_iallreduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                             rcc_redop_t redop, rcc_comm_t comm, rcc_request_t *req)
 {
-    return coll_allreduce("rcc_iallreduce", sendbuf, recvbuf, count, dtype, redop, comm, req, 1);
+    return coll_allreduce("rcc_iallreduce", sendbuf, recvbuf, count, dtype, redop, comm, req, HOW_NONBLOCKING);
 }
 
 /* ---- reduce-scatter and allgather --------------------------------------------- */
@@ -213,9 +241,9 @@ rcc_result_t rcc_iallreduce(const void *sendbuf, void *recvbuf, size_t count, rc
 static rcc_result_t coll_blocks(const char *name, rcci_coll_t coll, const void *sendbuf,
                                 void *recvbuf, size_t count, rcc_datatype_t dtype,
                                 rcc_redop_t redop, rcc_comm_t comm, rcc_request_t *req,
-                                int nonblocking)
+                                coll_how_t how)
 {
-    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
+    rcc_result_t res = coll_enter(name, comm, req, how.nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     res = coll_check_type(name, dtype, count, (size_t)comm->nranks);
@@ -238,14 +266,14 @@ static rcc_result_t coll_blocks(const char *name, rcci_coll_t coll, const void *
                       .count = count,
                       .dtype = dtype,
                       .redop = coll == RCCI_COLL_ALLGATHER ? RCC_SUM : redop};
-    return coll_call(comm, res, &tmpl, req);
+    return coll_call(comm, res, &tmpl, req, how);
 }
 
 rcc_result_t rcc_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
                                 rcc_datatype_t dtype, rcc_redop_t redop, rcc_comm_t comm)
 {
     return coll_blocks("rcc_reduce_scatter", RCCI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount,
-                       dtype, redop, comm, NULL, 0);
+                       dtype, redop, comm, NULL, HOW_BLOCKING);
 }
 
 rcc_result_t rcc_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -253,21 +281,21 @@ rcc_result_t rcc_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recv
                                  rcc_request_t *req)
 {
     return coll_blocks("rcc_ireduce_scatter", RCCI_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount,
-                       dtype, redop, comm, req, 1);
+                       dtype, redop, comm, req, HOW_NONBLOCKING);
 }
 
 rcc_result_t rcc_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                            rcc_datatype_t dtype, rcc_comm_t comm)
 {
     return coll_blocks("rcc_allgather", RCCI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
-                       RCC_SUM, comm, NULL, 0);
+                       RCC_SUM, comm, NULL, HOW_BLOCKING);
 }
 
 rcc_result_t rcc_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                             rcc_datatype_t dtype, rcc_comm_t comm, rcc_request_t *req)
 {
     return coll_blocks("rcc_iallgather", RCCI_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype,
-                       RCC_SUM, comm, req, 1);
+                       RCC_SUM, comm, req, HOW_NONBLOCKING);
 }
 
 /* ---- broadcast and reduce ----------------------------------------------------- */
@@ -275,9 +303,9 @@ rcc_result_t rcc_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount
 static rcc_result_t coll_rooted(const char *name, rcci_coll_t coll, const void *sendbuf,
                                 void *recvbuf, size_t count, rcc_datatype_t dtype,
                                 rcc_redop_t redop, int root, rcc_comm_t comm, rcc_request_t *req,
-                                int nonblocking)
+                                coll_how_t how)
 {
-    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
+    rcc_result_t res = coll_enter(name, comm, req, how.nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     res = coll_check_type(name, dtype, count, 1);
@@ -304,66 +332,66 @@ static rcc_result_t coll_rooted(const char *name, rcci_coll_t coll, const void *
                       .dtype = dtype,
                       .redop = coll == RCCI_COLL_REDUCE ? redop : RCC_SUM,
                       .root = root};
-    return coll_call(comm, res, &tmpl, req);
+    return coll_call(comm, res, &tmpl, req, how);
 }
 
 rcc_result_t rcc_broadcast(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                            int root, rcc_comm_t comm)
 {
     return coll_rooted("rcc_broadcast", RCCI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype,
-                       RCC_SUM, root, comm, NULL, 0);
+                       RCC_SUM, root, comm, NULL, HOW_BLOCKING);
 }
 
 rcc_result_t rcc_ibroadcast(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                             int root, rcc_comm_t comm, rcc_request_t *req)
 {
     return coll_rooted("rcc_ibroadcast", RCCI_COLL_BROADCAST, sendbuf, recvbuf, count, dtype,
-                       RCC_SUM, root, comm, req, 1);
+                       RCC_SUM, root, comm, req, HOW_NONBLOCKING);
 }
 
 rcc_result_t rcc_reduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                         rcc_redop_t redop, int root, rcc_comm_t comm)
 {
     return coll_rooted("rcc_reduce", RCCI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, redop, root,
-                       comm, NULL, 0);
+                       comm, NULL, HOW_BLOCKING);
 }
 
 rcc_result_t rcc_ireduce(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                          rcc_redop_t redop, int root, rcc_comm_t comm, rcc_request_t *req)
 {
     return coll_rooted("rcc_ireduce", RCCI_COLL_REDUCE, sendbuf, recvbuf, count, dtype, redop, root,
-                       comm, req, 1);
+                       comm, req, HOW_NONBLOCKING);
 }
 
 /* ---- barrier ------------------------------------------------------------------ */
 
 static rcc_result_t coll_barrier(const char *name, rcc_comm_t comm, rcc_request_t *req,
-                                 int nonblocking)
+                                 coll_how_t how)
 {
-    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
+    rcc_result_t res = coll_enter(name, comm, req, how.nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     rcci_op_t tmpl = {.coll = RCCI_COLL_BARRIER,
                       .count = (size_t)comm->nranks,
                       .dtype = RCC_INT8,
                       .redop = RCC_SUM};
-    return coll_call(comm, RCC_SUCCESS, &tmpl, req);
+    return coll_call(comm, RCC_SUCCESS, &tmpl, req, how);
 }
 
-rcc_result_t rcc_barrier(rcc_comm_t comm) { return coll_barrier("rcc_barrier", comm, NULL, 0); }
+rcc_result_t rcc_barrier(rcc_comm_t comm) { return coll_barrier("rcc_barrier", comm, NULL, HOW_BLOCKING); }
 
 rcc_result_t rcc_ibarrier(rcc_comm_t comm, rcc_request_t *req)
 {
-    return coll_barrier("rcc_ibarrier", comm, req, 1);
+    return coll_barrier("rcc_ibarrier", comm, req, HOW_NONBLOCKING);
 }
 
 /* ---- point to point ----------------------------------------------------------- */
 
 static rcc_result_t coll_p2p(const char *name, int is_send, const void *buf, size_t count,
                              rcc_datatype_t dtype, int peer, rcc_comm_t comm, rcc_request_t *req,
-                             int nonblocking)
+                             coll_how_t how)
 {
-    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
+    rcc_result_t res = coll_enter(name, comm, req, how.nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     res = coll_check_type(name, dtype, count, 1);
@@ -386,39 +414,39 @@ static rcc_result_t coll_p2p(const char *name, int is_send, const void *buf, siz
                       .root = peer,
                       .msgs = &msg,
                       .nmsgs = 1};
-    return coll_call(comm, res, &tmpl, req);
+    return coll_call(comm, res, &tmpl, req, how);
 }
 
 rcc_result_t rcc_send(const void *sendbuf, size_t count, rcc_datatype_t dtype, int peer,
                       rcc_comm_t comm)
 {
-    return coll_p2p("rcc_send", 1, sendbuf, count, dtype, peer, comm, NULL, 0);
+    return coll_p2p("rcc_send", 1, sendbuf, count, dtype, peer, comm, NULL, HOW_BLOCKING);
 }
 
 rcc_result_t rcc_recv(void *recvbuf, size_t count, rcc_datatype_t dtype, int peer, rcc_comm_t comm)
 {
-    return coll_p2p("rcc_recv", 0, recvbuf, count, dtype, peer, comm, NULL, 0);
+    return coll_p2p("rcc_recv", 0, recvbuf, count, dtype, peer, comm, NULL, HOW_BLOCKING);
 }
 
 rcc_result_t rcc_isend(const void *sendbuf, size_t count, rcc_datatype_t dtype, int peer,
                        rcc_comm_t comm, rcc_request_t *req)
 {
-    return coll_p2p("rcc_isend", 1, sendbuf, count, dtype, peer, comm, req, 1);
+    return coll_p2p("rcc_isend", 1, sendbuf, count, dtype, peer, comm, req, HOW_NONBLOCKING);
 }
 
 rcc_result_t rcc_irecv(void *recvbuf, size_t count, rcc_datatype_t dtype, int peer, rcc_comm_t comm,
                        rcc_request_t *req)
 {
-    return coll_p2p("rcc_irecv", 0, recvbuf, count, dtype, peer, comm, req, 1);
+    return coll_p2p("rcc_irecv", 0, recvbuf, count, dtype, peer, comm, req, HOW_NONBLOCKING);
 }
 
 /* Alltoall: block p of sendbuf goes to rank p, which stores it at block
  * `rank` of its recvbuf; one point-to-point operation of 2n messages. */
 static rcc_result_t coll_alltoall(const char *name, const void *sendbuf, void *recvbuf,
                                   size_t count, rcc_datatype_t dtype, rcc_comm_t comm,
-                                  rcc_request_t *req, int nonblocking)
+                                  rcc_request_t *req, coll_how_t how)
 {
-    rcc_result_t res = coll_enter(name, comm, req, nonblocking);
+    rcc_result_t res = coll_enter(name, comm, req, how.nonblocking);
     if (res != RCC_SUCCESS)
         return res;
     int n = comm->nranks;
@@ -450,7 +478,7 @@ static rcc_result_t coll_alltoall(const char *name, const void *sendbuf, void *r
                       .msgs = msgs,
                       .nmsgs = 2 * n,
                       .alltoalls = 1};
-    res = coll_call(comm, res, &tmpl, req);
+    res = coll_call(comm, res, &tmpl, req, how);
     free(msgs);
     return res;
 }
@@ -458,13 +486,13 @@ static rcc_result_t coll_alltoall(const char *name, const void *sendbuf, void *r
 rcc_result_t rcc_alltoall(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                           rcc_comm_t comm)
 {
-    return coll_alltoall("rcc_alltoall", sendbuf, recvbuf, count, dtype, comm, NULL, 0);
+    return coll_alltoall("rcc_alltoall", sendbuf, recvbuf, count, dtype, comm, NULL, HOW_BLOCKING);
 }
 
 rcc_result_t rcc_ialltoall(const void *sendbuf, void *recvbuf, size_t count, rcc_datatype_t dtype,
                            rcc_comm_t comm, rcc_request_t *req)
 {
-    return coll_alltoall("rcc_ialltoall", sendbuf, recvbuf, count, dtype, comm, req, 1);
+    return coll_alltoall("rcc_ialltoall", sendbuf, recvbuf, count, dtype, comm, req, HOW_NONBLOCKING);
 }
 
 /* ---- requests ----------------------------------------------------------------- */
@@ -516,4 +544,96 @@ rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs)
     if (first != RCC_SUCCESS)
         rcci_tls_error_set(error);
     return first;
+}
+
+/* ---- ordered on a CUDA stream -------------------------------------------------- */
+
+/* With a usable device the call goes to the stream path; without one only a
+ * NULL stream is accepted and the call is the blocking host collective. */
+static rcc_result_t stream_how(const char *name, void *stream, coll_how_t *how)
+{
+    rcci_tls_error_clear();
+    if (rcci_stream_usable()) {
+        *how = (coll_how_t){.on_stream = 1, .stream = stream};
+        return RCC_SUCCESS;
+    }
+    *how = HOW_BLOCKING;
+    if (!stream)
+        return RCC_SUCCESS;
+    return rcci_error(RCC_ERR_UNSUPPORTED,
+                      "%s: a CUDA stream was given but %s; only a NULL stream with host "
+                      "buffers works here",
+                      name, rcci_stream_why());
+}
+
+#define STREAM_CALL(name, stream, call)                                                            \
+    do {                                                                                           \
+        coll_how_t how;                                                                            \
+        rcc_result_t res = stream_how(name, stream, &how);                                         \
+        return res != RCC_SUCCESS ? res : (call);                                                  \
+    } while (0)
+
+rcc_result_t rcc_allreduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                  rcc_datatype_t dtype, rcc_redop_t redop, rcc_comm_t comm,
+                                  void *stream)
+{
+    STREAM_CALL("rcc_allreduce_stream", stream,
+                coll_allreduce("rcc_allreduce_stream", sendbuf, recvbuf, count, dtype, redop,
+                               comm, NULL, how));
+}
+
+rcc_result_t rcc_reduce_scatter_stream(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                       rcc_datatype_t dtype, rcc_redop_t redop, rcc_comm_t comm,
+                                       void *stream)
+{
+    STREAM_CALL("rcc_reduce_scatter_stream", stream,
+                coll_blocks("rcc_reduce_scatter_stream", RCCI_COLL_REDUCE_SCATTER, sendbuf,
+                            recvbuf, recvcount, dtype, redop, comm, NULL, how));
+}
+
+rcc_result_t rcc_allgather_stream(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                  rcc_datatype_t dtype, rcc_comm_t comm, void *stream)
+{
+    STREAM_CALL("rcc_allgather_stream", stream,
+                coll_blocks("rcc_allgather_stream", RCCI_COLL_ALLGATHER, sendbuf, recvbuf,
+                            sendcount, dtype, RCC_SUM, comm, NULL, how));
+}
+
+rcc_result_t rcc_broadcast_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                  rcc_datatype_t dtype, int root, rcc_comm_t comm, void *stream)
+{
+    STREAM_CALL("rcc_broadcast_stream", stream,
+                coll_rooted("rcc_broadcast_stream", RCCI_COLL_BROADCAST, sendbuf, recvbuf, count,
+                            dtype, RCC_SUM, root, comm, NULL, how));
+}
+
+rcc_result_t rcc_reduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                               rcc_datatype_t dtype, rcc_redop_t redop, int root, rcc_comm_t comm,
+                               void *stream)
+{
+    STREAM_CALL("rcc_reduce_stream", stream,
+                coll_rooted("rcc_reduce_stream", RCCI_COLL_REDUCE, sendbuf, recvbuf, count, dtype,
+                            redop, root, comm, NULL, how));
+}
+
+rcc_result_t rcc_send_stream(const void *sendbuf, size_t count, rcc_datatype_t dtype, int peer,
+                             rcc_comm_t comm, void *stream)
+{
+    STREAM_CALL("rcc_send_stream", stream,
+                coll_p2p("rcc_send_stream", 1, sendbuf, count, dtype, peer, comm, NULL, how));
+}
+
+rcc_result_t rcc_recv_stream(void *recvbuf, size_t count, rcc_datatype_t dtype, int peer,
+                             rcc_comm_t comm, void *stream)
+{
+    STREAM_CALL("rcc_recv_stream", stream,
+                coll_p2p("rcc_recv_stream", 0, recvbuf, count, dtype, peer, comm, NULL, how));
+}
+
+rcc_result_t rcc_alltoall_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                 rcc_datatype_t dtype, rcc_comm_t comm, void *stream)
+{
+    STREAM_CALL("rcc_alltoall_stream", stream,
+                coll_alltoall("rcc_alltoall_stream", sendbuf, recvbuf, count, dtype, comm, NULL,
+                              how));
 }

@@ -235,6 +235,14 @@ void rcci_progress_abort(struct rcc_comm *comm);
 rcc_result_t rcci_progress_health(struct rcc_comm *comm);
 /* Queues an operation (takes a reference for the progress thread). */
 rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op);
+
+/* The stream path (stream.c). rcci_stream_usable: this build has CUDA and
+ * the process sees a device (else rcci_stream_why says why). Submit ties a
+ * checked operation (count > 0) to `stream` and queues it; it owns `op`
+ * from the call on, also when it fails. */
+int rcci_stream_usable(void);
+const char *rcci_stream_why(void);
+rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stream);
 /* Runs a blocking call's operation to its end on the calling thread when
  * nothing else is queued or running (RCC_INLINE): no hand-off to the
  * progress thread and back, which dominates small messages. Returns 1 when

@@ -153,9 +153,32 @@ static void xop_prepare(xop_t *x, int rank, int n)
 }
 
 /* Issues the operation, blocking or not (then x->req). */
+/* The stream form with a NULL stream, where no CUDA device is usable: the
+ * blocking host collective (barrier has no stream form). */
+static rcc_result_t xop_issue_stream(xop_t *x, rcc_comm_t comm)
+{
+    switch (x->kind) {
+    case K_ALLREDUCE:
+        return rcc_allreduce_stream(x->sendbuf, x->recvbuf, x->count, x->dt, x->op, comm, NULL);
+    case K_REDUCE_SCATTER:
+        return rcc_reduce_scatter_stream(x->sendbuf, x->recvbuf, x->count, x->dt, x->op, comm,
+                                         NULL);
+    case K_ALLGATHER:
+        return rcc_allgather_stream(x->sendbuf, x->recvbuf, x->count, x->dt, comm, NULL);
+    case K_BROADCAST:
+        return rcc_broadcast_stream(x->sendbuf, x->recvbuf, x->count, x->dt, x->root, comm, NULL);
+    case K_REDUCE:
+        return rcc_reduce_stream(x->sendbuf, x->recvbuf, x->count, x->dt, x->op, x->root, comm,
+                                 NULL);
+    default: return rcc_barrier(comm);
+    }
+}
+
 static rcc_result_t xop_issue(xop_t *x, rcc_comm_t comm, int blocking)
 {
     rcc_request_t *rq = blocking ? NULL : &x->req;
+    if (blocking == 2)
+        return xop_issue_stream(x, comm);
     switch (x->kind) {
     case K_ALLREDUCE:
         return blocking ? rcc_allreduce(x->sendbuf, x->recvbuf, x->count, x->dt, x->op, comm)
@@ -248,10 +271,11 @@ static void xop_free(xop_t *x)
 /* Prepares, runs (blocking), checks and frees one operation. Returns 0 when
  * right, 1 for a wrong result, -1 when the call failed (the communicator
  * may be unusable: callers stop). */
-static int run_one(rcc_comm_t comm, xop_t *x, int rank, int n)
+/* mode: 1 the blocking call, 2 its stream form with a NULL stream. */
+static int run_one_as(rcc_comm_t comm, xop_t *x, int rank, int n, int mode)
 {
     xop_prepare(x, rank, n);
-    rcc_result_t res = xop_issue(x, comm, 1);
+    rcc_result_t res = xop_issue(x, comm, mode);
     int bad;
     if (res != RCC_SUCCESS) {
         char d[200];
@@ -263,6 +287,11 @@ static int run_one(rcc_comm_t comm, xop_t *x, int rank, int n)
     }
     xop_free(x);
     return bad;
+}
+
+static int run_one(rcc_comm_t comm, xop_t *x, int rank, int n)
+{
+    return run_one_as(comm, x, rank, n, 1);
 }
 
 /* ---- reduce-scatter: every dtype x op x size, in-place and not ---------------- */
@@ -904,6 +933,66 @@ static int rank_bad_args(int rank, int n, void *arg)
 START_TEST(bad_arguments) { ck_assert_int_eq(mp_run(_i, rank_bad_args, NULL, 120), 0); }
 END_TEST
 
+/* ---- the stream forms where no CUDA device is usable ------------------------- */
+
+/* A NULL stream runs the host collective (checked like the blocking call,
+ * every kind and an odd count); any other stream is refused with the reason,
+ * and the communicator is unharmed. On a machine with a device the stream
+ * forms are asynchronous and tests/gpu covers them. */
+static int rank_stream_host(int rank, int n, void *arg)
+{
+    (void)arg;
+    rcc_comm_t comm = mp_comm(60000);
+    if (rcc_cuda_available()) {
+        printf("rank %d: a CUDA device is usable; the stream forms are tested in tests/gpu\n",
+               rank);
+        return td_finish(comm, 0);
+    }
+    int bad = 0;
+    float buf[8] = {0};
+    int fake_stream;
+    rcc_result_t res = rcc_allreduce_stream(buf, buf, 8, RCC_FLOAT32, RCC_SUM, comm, &fake_stream);
+    if (res != RCC_ERR_UNSUPPORTED || !strstr(rcc_last_error(NULL), "stream"))
+        MP_FAIL("a non-NULL stream without CUDA: %s: '%s'", rcc_result_name(res),
+                rcc_last_error(NULL));
+    res = rcc_send_stream(buf, 8, RCC_FLOAT32, 0, comm, &fake_stream);
+    if (res != RCC_ERR_UNSUPPORTED)
+        MP_FAIL("rcc_send_stream with a stream without CUDA: %s", rcc_result_name(res));
+    res = rcc_allreduce_stream(buf, buf, 8, (rcc_datatype_t)99, RCC_SUM, comm, NULL);
+    if (res != RCC_ERR_INVALID_ARGUMENT || !strstr(rcc_last_error(comm), "rcc_allreduce_stream"))
+        MP_FAIL("a bad dtype on the stream form: %s: '%s'", rcc_result_name(res),
+                rcc_last_error(comm));
+    for (int kind = 0; kind < K_NKINDS; kind++)
+        for (int dt = 0; dt < RCC_NUM_DATATYPES; dt += 3) {
+            xop_t x = {.kind = kind,
+                       .dt = dt,
+                       .op = (rcc_redop_t)(kind % RCC_NUM_OPS),
+                       .count = 1001,
+                       .root = n - 1,
+                       .seed = 40u + (unsigned)(kind * 16 + dt)};
+            int r = run_one_as(comm, &x, rank, n, 2);
+            if (r < 0)
+                return 1;
+            bad |= r;
+        }
+    /* send/recv forms around the ring, in a group so that no order deadlocks. */
+    if (n > 1) {
+        int out[3] = {rank, rank * 7, -rank}, in[3] = {0};
+        rcc_group_start();
+        rcc_send_stream(out, 3, RCC_INT32, (rank + 1) % n, comm, NULL);
+        rcc_recv_stream(in, 3, RCC_INT32, (rank + n - 1) % n, comm, NULL);
+        res = rcc_group_end();
+        int from = (rank + n - 1) % n;
+        if (res != RCC_SUCCESS || in[0] != from || in[1] != from * 7 || in[2] != -from)
+            MP_FAIL("send/recv stream forms: %s: got %d %d %d from rank %d", rcc_result_name(res),
+                    in[0], in[1], in[2], from);
+    }
+    return td_finish(comm, bad);
+}
+
+START_TEST(stream_forms_host) { ck_assert_int_eq(mp_run(_i, rank_stream_host, NULL, 120), 0); }
+END_TEST
+
 static Suite *collectives_suite(void)
 {
     Suite *s = suite_create("mp_collectives");
@@ -921,6 +1010,7 @@ static Suite *collectives_suite(void)
     TCase *errors = tcase_create("errors");
     tcase_set_timeout(errors, 300);
     tcase_add_loop_test(errors, bad_arguments, 1, 6);
+    tcase_add_loop_test(errors, stream_forms_host, 1, 6);
     suite_add_tcase(s, errors);
     return s;
 }
