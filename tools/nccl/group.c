@@ -103,7 +103,10 @@ static ncclResult_t run_inits(void)
     for (int i = 0; i < n; i++) {
         list[i].res = RCC_ERR_SYSTEM;
         strcpy(list[i].error, "could not start an init thread");
-        if (threads && started && n > 1)
+        if (!shim_comm_live(list[i].comm)) { /* destroyed before the group ended */
+            list[i].comm = NULL;
+            strcpy(list[i].error, "the communicator was destroyed before ncclGroupEnd");
+        } else if (threads && started && n > 1)
             started[i] = pthread_create(&threads[i], NULL, deferred_init_thread, &list[i]) == 0;
         else if (n == 1)
             deferred_init_thread(&list[i]);
@@ -113,7 +116,8 @@ static ncclResult_t run_inits(void)
         if (started && started[i])
             pthread_join(threads[i], NULL);
         ncclResult_t err = shim_result(list[i].res);
-        list[i].comm->init_result = err;
+        if (list[i].comm)
+            list[i].comm->init_result = err;
         if (err != ncclSuccess && first == ncclSuccess)
             first = shim_fail(err, "ncclGroupEnd", "init of rank %d of %d: %s", list[i].rank,
                               list[i].nranks, list[i].error);

@@ -12,18 +12,59 @@ _Static_assert(sizeof(ncclUniqueId) == sizeof(rcc_unique_id_t), "ids must have o
 
 /* ---- wrappers -------------------------------------------------------------------- */
 
+/* Live wrappers, looked up by pointer: a destroyed or made-up ncclComm_t
+ * is refused without reading freed memory (a new wrapper may reuse an
+ * address). A handful of communicators per process, so a list will do. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ncclComm **live;
+static int nlive, live_cap;
+
 /* Aborted wrappers are kept, not freed: NCCL lets ncclCommAbort run while
  * another thread is inside a call on the communicator, which may still read
- * the wrapper (and then finds it dead). A few KiB per aborted communicator. */
-static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
+ * the wrapper. A few KiB per aborted communicator. */
 static struct ncclComm *retired;
+
+int shim_comm_live(ncclComm_t comm)
+{
+    int found = 0;
+    pthread_mutex_lock(&live_lock);
+    for (int i = 0; i < nlive && !found; i++)
+        found = live[i] == comm;
+    pthread_mutex_unlock(&live_lock);
+    return found;
+}
+
+static void live_remove(struct ncclComm *comm)
+{
+    pthread_mutex_lock(&live_lock);
+    for (int i = 0; i < nlive; i++)
+        if (live[i] == comm)
+            live[i] = live[--nlive];
+    pthread_mutex_unlock(&live_lock);
+}
 
 struct ncclComm *shim_comm_wrap(rcc_comm_t rcc, int device, int blocking)
 {
     struct ncclComm *comm = calloc(1, sizeof *comm);
     if (!comm)
         return NULL;
-    comm->magic = SHIM_COMM_MAGIC;
+    pthread_mutex_lock(&live_lock);
+    if (nlive == live_cap) {
+        int cap = live_cap ? 2 * live_cap : 16;
+        struct ncclComm **grown = realloc(live, (size_t)cap * sizeof *grown);
+        if (grown) {
+            live = grown;
+            live_cap = cap;
+        }
+    }
+    int added = nlive < live_cap;
+    if (added)
+        live[nlive++] = comm;
+    pthread_mutex_unlock(&live_lock);
+    if (!added) {
+        free(comm);
+        return NULL;
+    }
     comm->rcc = rcc;
     comm->device = device;
     comm->blocking = blocking;
@@ -39,17 +80,17 @@ void shim_comm_free(struct ncclComm *comm)
 {
     if (!comm)
         return;
-    comm->magic = 0;
+    live_remove(comm);
     free(comm);
 }
 
 static void comm_retire(struct ncclComm *comm)
 {
-    comm->magic = 0;
-    pthread_mutex_lock(&retired_lock);
+    live_remove(comm);
+    pthread_mutex_lock(&live_lock);
     comm->retired_next = retired;
     retired = comm;
-    pthread_mutex_unlock(&retired_lock);
+    pthread_mutex_unlock(&live_lock);
 }
 
 struct ncclComm *shim_comm(ncclComm_t comm, const char *func, int for_ops, ncclResult_t *err)
@@ -58,7 +99,7 @@ struct ncclComm *shim_comm(ncclComm_t comm, const char *func, int for_ops, ncclR
         *err = shim_fail(ncclInvalidArgument, func, "comm is NULL");
         return NULL;
     }
-    if (comm->magic != SHIM_COMM_MAGIC) {
+    if (!shim_comm_live(comm)) {
         *err = shim_fail(ncclInvalidArgument, func,
                          "comm %p is not a live communicator (destroyed or aborted, or not made "
                          "by ncclCommInit*)",
@@ -334,7 +375,7 @@ SHIM_API ncclResult_t pncclCommDestroy(ncclComm_t comm)
 {
     if (!comm)
         return ncclSuccess; /* as NCCL */
-    if (comm->magic != SHIM_COMM_MAGIC)
+    if (!shim_comm_live(comm))
         return shim_fail(ncclInvalidArgument, "ncclCommDestroy",
                          "comm %p is not a live communicator", (void *)comm);
     rcc_comm_t rcc = comm->rcc;
@@ -347,7 +388,7 @@ SHIM_API ncclResult_t pncclCommAbort(ncclComm_t comm)
 {
     if (!comm)
         return ncclSuccess;
-    if (comm->magic != SHIM_COMM_MAGIC)
+    if (!shim_comm_live(comm))
         return shim_fail(ncclInvalidArgument, "ncclCommAbort", "comm %p is not a live communicator",
                          (void *)comm);
     rcc_comm_t rcc = comm->rcc;
@@ -364,7 +405,7 @@ SHIM_API ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyn
     const char *func = "ncclCommGetAsyncError";
     if (!asyncError)
         return shim_fail(ncclInvalidArgument, func, "asyncError is NULL");
-    if (comm && comm->magic == SHIM_COMM_MAGIC && !comm->rcc) {
+    if (comm && shim_comm_live(comm) && !comm->rcc) {
         *asyncError = comm->init_result; /* a deferred init: in progress, or its failure */
         return ncclSuccess;
     }

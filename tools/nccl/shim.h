@@ -29,11 +29,8 @@ typedef struct {
     unsigned char scalar[8]; /* ncclScalarHostImmediate: the value, read at creation */
 } shim_premul_t;
 
-#define SHIM_COMM_MAGIC 0x72636e63u /* "rcnc" */
-
 /* What an ncclComm_t points to. */
 struct ncclComm {
-    uint32_t magic;                /* SHIM_COMM_MAGIC while alive */
     struct ncclComm *retired_next; /* init.c's list of aborted wrappers */
     rcc_comm_t rcc;                /* NULL while an init deferred to ncclGroupEnd is pending */
     int rank, nranks;
@@ -67,14 +64,18 @@ void shim_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 
 /* ---- communicators (init.c) ------------------------------------------------------ */
 
+/* 1 when comm is a live wrapper (found by pointer, never dereferenced
+ * otherwise, as ringcc does for its communicators). */
+int shim_comm_live(ncclComm_t comm);
 /* comm when it is a live, initialised shim communicator, else NULL with the
  * failure recorded for `func` in *err: ncclInvalidArgument for NULL or a
  * pointer that is no communicator, ncclInvalidUsage for one whose init is
  * still deferred to ncclGroupEnd, and, when `for_ops`, for a finalized one. */
 struct ncclComm *shim_comm(ncclComm_t comm, const char *func, int for_ops, ncclResult_t *err);
-/* A wrapper for `rcc` (rank and size read from it). */
+/* A new live wrapper for `rcc` (rank and size read from it). */
 struct ncclComm *shim_comm_wrap(rcc_comm_t rcc, int device, int blocking);
-/* Frees a wrapper (the ringcc communicator is the caller's business). */
+/* Takes a wrapper off the live list and frees it (the ringcc communicator
+ * is the caller's business). */
 void shim_comm_free(struct ncclComm *comm);
 
 /* ---- configs (config.c) ---------------------------------------------------------- */
