@@ -3,19 +3,23 @@
 #
 # For the GPU machine (meson, ninja, nvcc, gcc and python3; no Check, no libibverbs-dev): builds
 # ringcc with CUDA in a fresh build folder (build-gpu, at the repository root), runs the test
-# suite 'gpu' and bench ringcc-kernperf, and writes the logs into OUTDIR:
+# suite 'gpu', bench ringcc-kernperf and PyTorch through the NCCL shim, and writes the logs into
+# OUTDIR:
 #   setup.log build.log        meson setup and ninja
 #   gpu-tests.log testlog.txt  meson test --suite gpu (console, and meson's full log)
 #   kernperf.txt               ringcc-kernperf (kernel GB/s beside cudaMemcpy D2D GB/s)
+#   shim-torch.log             tests/shim/run-torch.sh (skipped where python3 has no CUDA torch)
 #   summary.txt                what is printed at the end
-# Every stage has its own time limit; together they stay under 8 minutes. The Check suites are
-# left out (-Dcheck=disabled): Check is not installed there. Exit status 0 when every stage
-# passed (a test that skipped, e.g. without a device, counts as passed; the summary says so).
+# Every stage has its own time limit; together they stay under 8 minutes (the PyTorch stage,
+# last, typically takes 2 of them; its limit is 4, so a slow machine loses only it). The Check
+# suites are left out (-Dcheck=disabled): Check is not installed there. Exit status 0 when
+# every stage passed (a test that skipped, e.g. without a device, counts as passed; the summary
+# says so).
 # RCC_JOBS sets ninja's -j (default: every core).
 set -u
 
 if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 mkdir -p "$1" || exit 2
@@ -66,6 +70,12 @@ cp "$build/meson-logs/testlog.txt" "$out/testlog.txt" 2>/dev/null
 stage kernperf 120 "$out/kernperf.txt" "$build/bench/ringcc-kernperf"
 rc=$?
 [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1 # 77: skipped (no device), the reason in the log
+# torch.distributed (backend nccl) with 2 and 4 processes on GPU 0 through the preloaded shim:
+# every collective, then DDP against single-process training; 100 s at most per run.
+stage shim-torch 240 "$out/shim-torch.log" \
+    env RCC_TORCH_TIMEOUT=100 "$root/tests/shim/run-torch.sh" "$build"
+rc=$?
+[ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1 # 77: no torch with CUDA, the reason in the log
 
 {
     echo "--- gpu suite"
@@ -73,5 +83,7 @@ rc=$?
     grep -h -E '^(SKIP:|FAIL |[0-9]+ passed, [0-9]+ failed)' "$out/testlog.txt" | head -n 20
     echo "--- ringcc-kernperf"
     cat "$out/kernperf.txt"
+    echo "--- PyTorch through the NCCL shim"
+    grep -E '^(ok|FAIL|SKIP|collectives:|ddp:|  skipped:)' "$out/shim-torch.log"
 } | tee -a "$out/summary.txt"
 exit "$status"

@@ -17,7 +17,7 @@ exported() { nm -D --defined-only "$1" | awk '$2 == "T" || $2 == "W" { print $3 
 have=$(exported "$shim") || exit 1
 want=$(sed -n 's/^SHIM_DECL([^,]*, *\(nccl[A-Za-z0-9_]*\),.*/\1/p' "$api" | sort -u)
 [ -n "$want" ] || { echo "no SHIM_DECL found in $api"; exit 1; }
-missing=$(comm -23 <(printf '%s\n' $want $(printf 'p%s\n' $want) | sort -u) <(echo "$have"))
+missing=$(comm -23 <({ echo "$want"; echo "$want" | sed 's/^/p/'; } | sort -u) <(echo "$have"))
 status=0
 if [ -n "$missing" ]; then
     echo "missing from $shim (declared in $api):"; echo "$missing" | sed 's/^/  /'
@@ -30,7 +30,7 @@ if [ -n "$real" ]; then
         echo "exported by $real but not by the shim:"; echo "$missing" | sed 's/^/  /'
         status=1
     else
-        echo "every one of the $(exported "$real" | grep -ci nccl) NCCL functions $real exports is defined"
+        echo "all $(exported "$real" | grep -ci nccl) NCCL functions that $real exports are defined"
     fi
 else
     echo "(no real libnccl.so.2 found to compare with)"
