@@ -337,6 +337,49 @@ static int check_premulsum(ncclComm_t comm, int rank, int nranks)
     return 0;
 }
 
+/* The same through the other reducing calls: reduce-scatter (int32) and
+ * reduce to the last rank (float64), rank r scaling by r + 1. */
+static int check_premulsum_rooted(ncclComm_t comm, int rank, int nranks)
+{
+    if (rcc_cuda_available())
+        return 0; /* refused there, as check_premulsum found */
+    size_t rc = 9, n = (size_t)nranks * rc;
+    int32_t s32 = rank + 1, *in32 = malloc(n * sizeof *in32), out32[9];
+    double s64 = rank + 1, *in64 = malloc(n * sizeof *in64), *out64 = malloc(n * sizeof *out64);
+    for (size_t i = 0; i < n; i++) {
+        in32[i] = (int32_t)(i % 7) + rank;
+        in64[i] = (double)(i % 7) + rank;
+    }
+    ncclRedOp_t op32, op64;
+    CHECK_NCCL(ncclRedOpCreatePreMulSum(&op32, &s32, ncclInt32, ncclScalarHostImmediate, comm));
+    CHECK_NCCL(ncclRedOpCreatePreMulSum(&op64, &s64, ncclFloat64, ncclScalarHostImmediate, comm));
+    CHECK_NCCL(ncclReduceScatter(in32, out32, rc, ncclInt32, op32, comm, NULL));
+    int root = nranks - 1;
+    CHECK_NCCL(ncclReduce(in64, out64, n, ncclFloat64, op64, root, comm, NULL));
+    EXPECT_FAIL(ncclReduce(in64, out64, n, ncclInt64, op64, root, comm, NULL), ncclInvalidArgument,
+                "made for datatype");
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t want = 0;
+        for (int r = 0; r < nranks; r++)
+            want += (r + 1) * ((int64_t)(i % 7) + r);
+        size_t mine = i - (size_t)rank * rc;
+        if (i / rc == (size_t)rank && out32[mine] != want)
+            bad = fprintf(stderr, "premul reduce_scatter [%zu]: %d, want %lld\n", mine, out32[mine],
+                          (long long)want);
+        if (rank == root && out64[i] != (double)want)
+            bad = fprintf(stderr, "premul reduce [%zu]: %g, want %lld\n", i, out64[i],
+                          (long long)want);
+    }
+    CHECK_NCCL(ncclRedOpDestroy(op32, comm));
+    CHECK_NCCL(ncclRedOpDestroy(op64, comm));
+    EXPECT_FAIL(ncclRedOpDestroy(op64, comm), ncclInvalidArgument, "destroyed");
+    free(in32);
+    free(in64);
+    free(out64);
+    return bad != 0;
+}
+
 /* Even and odd ranks form two communicators ranked in reverse; rank 4
  * (of 5) takes part with NCCL_SPLIT_NOCOLOR and gets none. */
 static int check_split(ncclComm_t comm, int rank, int nranks)
@@ -447,7 +490,8 @@ static int rank_collectives(int rank, int nranks, void *arg)
     if (check_allreduce(comm, rank, nranks) || check_reduce_scatter_reduce(comm, rank, nranks) ||
         check_data_movement(comm, rank, nranks) || check_gather_scatter(comm, rank, nranks) ||
         check_group(comm, rank, nranks) || check_premulsum(comm, rank, nranks) ||
-        check_split(comm, rank, nranks) || check_errors(comm, rank, nranks))
+        check_premulsum_rooted(comm, rank, nranks) || check_split(comm, rank, nranks) ||
+        check_errors(comm, rank, nranks))
         return 1;
     CHECK_NCCL(ncclCommFinalize(comm));
     float x = 1;
@@ -524,6 +568,29 @@ static int check_group_init_and_configs(void)
         MP_FAIL("grouped init: %g %g", (double)xa, (double)xb);
     CHECK_NCCL(ncclCommDestroy(a));
     CHECK_NCCL(ncclCommAbort(b));
+
+    /* ncclCommInitRankScalable (the first id is the rendezvous) with a
+     * config from a newer NCCL (a longer struct, unknown fields after). */
+    struct {
+        ncclConfig_t config;
+        int newer_fields[6];
+    } newer = {.config = NCCL_CONFIG_INITIALIZER, .newer_fields = {1, 2, 3, 4, 5, 6}};
+    newer.config.size = sizeof newer;
+    ncclUniqueId ids[2];
+    CHECK_NCCL(ncclGetUniqueId(&ids[0]));
+    ids[1] = id; /* never used */
+    CHECK_NCCL(ncclGroupStart());
+    CHECK_NCCL(ncclCommInitRankScalable(&a, 2, 0, 2, ids, &newer.config));
+    CHECK_NCCL(ncclCommInitRankScalable(&b, 2, 1, 2, ids, NULL));
+    CHECK_NCCL(ncclGroupEnd());
+    int ra = -1, rb = -1;
+    CHECK_NCCL(ncclCommUserRank(a, &ra));
+    CHECK_NCCL(ncclCommUserRank(b, &rb));
+    if (ra != 0 || rb != 1)
+        MP_FAIL("scalable init: ranks %d and %d", ra, rb);
+    CHECK_NCCL(ncclCommDestroy(a));
+    CHECK_NCCL(ncclCommDestroy(b));
+    EXPECT_FAIL(ncclCommInitRankScalable(&a, 2, 0, 0, ids, NULL), ncclInvalidArgument, "nId 0");
 
     ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
     ncclComm_t c = NULL;

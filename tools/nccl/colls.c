@@ -42,8 +42,9 @@ static struct ncclComm *op_comm(ncclComm_t comm, ncclDataType_t dtype, const cha
         return shim_check((call), func, NULL);                                                     \
     } while (0)
 
-/* A reduction: PreMulSum operators send a scaled copy (freed once the
- * operation has run: at once, or at the end of the caller's group). */
+/* A reduction: PreMulSum operators send a scaled copy, freed once the
+ * operation has run: at once, or at the end of the caller's group. (Only
+ * the host path stages, where a call outside a group returns when done.) */
 #define REDUCING_CALL(c, func, op, dtype, sendbuff, nelems, stream, call)                          \
     do {                                                                                           \
         rcc_redop_t rop;                                                                           \

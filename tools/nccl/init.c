@@ -106,11 +106,17 @@ struct ncclComm *shim_comm(ncclComm_t comm, const char *func, int for_ops, ncclR
                          (void *)comm);
         return NULL;
     }
-    if (!comm->rcc) {
+    if (!comm->rcc && comm->init_result == ncclInProgress) {
         *err = shim_fail(ncclInvalidUsage, func,
                          "comm %p was created inside a group and is initialised only at the "
                          "outermost ncclGroupEnd",
                          (void *)comm);
+        return NULL;
+    }
+    if (!comm->rcc) {
+        *err = shim_fail(ncclInvalidUsage, func,
+                         "comm %p: its init, deferred to ncclGroupEnd, failed (%s); destroy it",
+                         (void *)comm, pncclGetErrorString(comm->init_result));
         return NULL;
     }
     if (for_ops && comm->finalized) {
@@ -158,9 +164,21 @@ SHIM_ALIAS(ncclGetUniqueId);
  * outermost ncclGroupEnd (group.c), as NCCL does, so that one thread can
  * create several ranks; *newcomm is valid at once and reports ncclInProgress
  * through ncclCommGetAsyncError until then. */
+/* NCCL's "NCCL version ..." line: once, at the first init, under RCC_DEBUG=INFO. */
+static pthread_once_t banner_once = PTHREAD_ONCE_INIT;
+
+static void banner(void)
+{
+    int v = 0;
+    rcc_get_version(&v);
+    shim_log(SHIM_LOG_INFO, "ringcc %d.%d.%d, NCCL API %d.%d.%d (the NCCL shim)", v / 10000,
+             v / 100 % 100, v % 100, SHIM_NCCL_MAJOR, SHIM_NCCL_MINOR, SHIM_NCCL_PATCH);
+}
+
 static ncclResult_t init_rank(ncclComm_t *newcomm, int nranks, const ncclUniqueId *id, int rank,
                               const ncclConfig_t *config, const char *func)
 {
+    pthread_once(&banner_once, banner);
     if (!newcomm)
         return shim_fail(ncclInvalidArgument, func, "newcomm is NULL");
     if (nranks < 1 || rank < 0 || rank >= nranks)
