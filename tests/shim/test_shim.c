@@ -494,6 +494,10 @@ static int rank_collectives(int rank, int nranks, void *arg)
         check_errors(comm, rank, nranks))
         return 1;
     CHECK_NCCL(ncclCommFinalize(comm));
+    ncclResult_t state = ncclInternalError;
+    CHECK_NCCL(ncclCommGetAsyncError(comm, &state)); /* others may be gone: still quiescent */
+    if (state != ncclSuccess)
+        MP_FAIL("a finalized communicator reports %d", (int)state);
     float x = 1;
     EXPECT_FAIL(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, NULL), ncclInvalidUsage,
                 "finalized");

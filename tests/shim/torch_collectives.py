@@ -22,7 +22,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from torch_common import init_rank, launch
+from torch_common import finish, init_rank, launch
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16,
           torch.int32, torch.int64, torch.int8, torch.uint8]
 FLOATS = {torch.float32, torch.float64, torch.float16, torch.bfloat16}
@@ -275,14 +275,11 @@ def worker(rank, nranks, port, backend, require_shim):
     c.point_to_point()
     c.groups()
     c.premul_sum()
-    if backend == "nccl":
-        torch.cuda.synchronize()
-    dist.barrier()
     if rank == 0:
         print(f"collectives: {c.passed} checks passed on {nranks} ranks ({backend})")
         for s in sorted(set(c.skipped)):
             print(f"  skipped: {s}")
-    dist.destroy_process_group()
+    finish(backend)
 
 
 def main():

@@ -2,6 +2,7 @@
 GPU, each meeting the others with torch.distributed, and the check that the shim is in use."""
 import os
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -48,3 +49,16 @@ def init_rank(rank, nranks, port, backend, require_shim, bind_device=True):
         pass
     dist.init_process_group(backend, rank=rank, world_size=nranks)
     return device
+
+
+def finish(backend):
+    """Leaves the job. The pause lets every rank's watchdog retire its last operation before
+    any rank destroys its communicator: ringcc's idle probe cannot yet tell a peer that
+    destroyed its communicator from a lost one (README, "NCCL shim")."""
+    if backend == "nccl":
+        torch.cuda.synchronize()
+    dist.barrier()
+    if backend == "nccl":
+        torch.cuda.synchronize()
+        time.sleep(0.5)
+    dist.destroy_process_group()

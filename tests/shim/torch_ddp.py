@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from torch_common import init_rank, launch
+from torch_common import finish, init_rank, launch
 IN, HIDDEN, OUT, PER_RANK = 16, 64, 4, 8
 TOLERANCE = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-11)}
 
@@ -100,10 +100,7 @@ def worker(rank, nranks, port, backend, args):
         moved = (want - flat(make_model(dtype, device))).abs().max().item()
         if moved < 1e-3:
             raise AssertionError("training did not move the parameters; the check proves nothing")
-    if backend == "nccl":
-        torch.cuda.synchronize()
-    dist.barrier()
-    dist.destroy_process_group()
+    finish(backend)
 
 
 def main():

@@ -431,6 +431,13 @@ SHIM_API ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyn
     struct ncclComm *c = shim_comm(comm, func, 0, &err);
     if (!c)
         return err;
+    /* Finalized: quiescent, as NCCL reports it once finalize is done. Not
+     * probed: peers that destroyed their communicators would read as lost
+     * (ringcc's probe cannot tell a clean exit from a crash). */
+    if (c->finalized) {
+        *asyncError = ncclSuccess;
+        return ncclSuccess;
+    }
     rcc_result_t state = RCC_SUCCESS;
     rcc_result_t res = rcc_comm_get_async_error(c->rcc, &state);
     if (res != RCC_SUCCESS)
