@@ -105,9 +105,11 @@ class Checker:
         if not hasattr(dist, "_make_nccl_premul_sum") or self.backend != "nccl":
             self.skipped.append("PREMUL_SUM (not this backend)")
             return
+        # On a group of its own: a refused launch must not leave the world group unusable.
+        group = dist.new_group(list(range(self.n)))
         t = self.value(self.rank, torch.float32)
         try:
-            dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0))
+            dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0), group=group)
         except RuntimeError as e:
             if "invalid usage" not in str(e).lower() and "PreMulSum" not in str(e):
                 raise

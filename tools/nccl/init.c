@@ -160,10 +160,6 @@ SHIM_ALIAS(ncclGetUniqueId);
 
 /* ---- init ------------------------------------------------------------------------ */
 
-/* Every init variant ends here. Inside a group the init is deferred to the
- * outermost ncclGroupEnd (group.c), as NCCL does, so that one thread can
- * create several ranks; *newcomm is valid at once and reports ncclInProgress
- * through ncclCommGetAsyncError until then. */
 /* NCCL's "NCCL version ..." line: once, at the first init, under RCC_DEBUG=INFO. */
 static pthread_once_t banner_once = PTHREAD_ONCE_INIT;
 
@@ -175,6 +171,10 @@ static void banner(void)
              v / 100 % 100, v % 100, SHIM_NCCL_MAJOR, SHIM_NCCL_MINOR, SHIM_NCCL_PATCH);
 }
 
+/* Every init variant ends here. Inside a group the init is deferred to the
+ * outermost ncclGroupEnd (group.c), as NCCL does, so that one thread can
+ * create several ranks; *newcomm is valid at once and reports ncclInProgress
+ * through ncclCommGetAsyncError until then. */
 static ncclResult_t init_rank(ncclComm_t *newcomm, int nranks, const ncclUniqueId *id, int rank,
                               const ncclConfig_t *config, const char *func)
 {
