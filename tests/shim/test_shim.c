@@ -9,6 +9,7 @@
  * Compiled against the real nccl.h where meson found one (SHIM_REAL_NCCL_H), which proves the
  * calls' ABI too; else against the shim's own declarations.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -643,6 +644,55 @@ static int rank_peer_lost(int rank, int nranks, void *arg)
     return 0;
 }
 
+/* ---- abort from another thread ------------------------------------------------------ */
+
+typedef struct {
+    ncclComm_t comm;
+    ncclResult_t res;
+    char error[512];
+} blocked_call_t;
+
+static void *blocked_allreduce(void *arg)
+{
+    blocked_call_t *b = arg;
+    float x = 1;
+    b->res = ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, b->comm, NULL);
+    snprintf(b->error, sizeof b->error, "%s", ncclGetLastError(NULL));
+    return NULL;
+}
+
+/* Rank 0 blocks in an allreduce that rank 1 never joins; another thread
+ * aborts the communicator (PyTorch's watchdog does this), and the blocked
+ * call returns with the abort named. Rank 1 waits until then. */
+static int rank_abort(int rank, int nranks, void *arg)
+{
+    (void)arg;
+    size_t size;
+    atomic_int *done = (atomic_int *)((id_area_t *)mp_shared(&size) + 1);
+    ncclComm_t comm = NULL;
+    if (make_comm(rank, nranks, 2, &comm))
+        return 1;
+    if (rank == 1) {
+        for (int waited = 0; !atomic_load(done) && waited < 60000; waited++)
+            usleep(1000);
+        ncclCommDestroy(comm); /* its peer is gone: an error is fine */
+        return 0;
+    }
+    blocked_call_t b = {.comm = comm, .res = ncclSuccess};
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, blocked_allreduce, &b) != 0)
+        MP_FAIL("pthread_create");
+    usleep(200 * 1000);
+    CHECK_NCCL(ncclCommAbort(comm));
+    pthread_join(thread, NULL);
+    atomic_store(done, 1);
+    if (b.res != ncclInvalidUsage || !strstr(b.error, "abort"))
+        MP_FAIL("the blocked allreduce returned %d (%s)", (int)b.res, b.error);
+    printf("the blocked call saw: %s\n", b.error);
+    EXPECT_FAIL(ncclCommAbort(comm), ncclInvalidArgument, "not a live communicator");
+    return 0;
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -664,6 +714,9 @@ int main(void)
     failed |= bad;
     bad = mp_run(2, rank_peer_lost, NULL, TIMEOUT_S) != 0;
     printf("%s: a lost peer is ncclRemoteError\n", bad ? "FAIL" : "ok");
+    failed |= bad;
+    bad = mp_run(2, rank_abort, NULL, TIMEOUT_S) != 0;
+    printf("%s: ncclCommAbort ends a call blocked on another thread\n", bad ? "FAIL" : "ok");
     failed |= bad;
     return failed ? 1 : 0;
 }
