@@ -34,6 +34,7 @@ ncclResult_t shim_config_read(const ncclConfig_t *config, shim_config_t *out, co
             return shim_fail(ncclInvalidArgument, func, "config blocking is %d, not 0 or 1",
                              config->blocking);
         out->blocking = config->blocking;
+        out->blocking_set = 1;
     }
     if (CONFIG_HAS(config, commName))
         out->comm_name = config->commName;

@@ -328,8 +328,8 @@ SHIM_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
     err = shim_config_read(config, &cfg, func);
     if (err != ncclSuccess)
         return err;
-    if (!config)
-        cfg.blocking = parent->blocking; /* NULL config: inherit the parent's */
+    if (!cfg.blocking_set)
+        cfg.blocking = parent->blocking; /* NCCL: what the config leaves, the parent's */
     rcc_comm_t rcc = NULL;
     rcc_result_t res = rcc_comm_split(parent->rcc, color, key, &rcc);
     if (res != RCC_SUCCESS)

@@ -82,6 +82,7 @@ void shim_comm_free(struct ncclComm *comm);
 
 typedef struct {
     int blocking;          /* 1 unless the config says 0 */
+    int blocking_set;      /* the config sets it (else a split inherits the parent's) */
     const char *comm_name; /* NULL when absent */
 } shim_config_t;
 /* Reads a caller's ncclConfig_t by its size, magic and version (NULL:
