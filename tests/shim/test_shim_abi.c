@@ -126,9 +126,25 @@ static void check_one_rank(void)
     EXPECT(ncclCommDestroy(comm) == ncclSuccess);
 }
 
+/* The shim brings libringcc into the process: proof that the calls went to
+ * it, also where this program is linked against NVIDIA's libnccl.so.2 and
+ * the shim comes in by LD_PRELOAD or LD_LIBRARY_PATH (tests/shim/meson.build). */
+static void check_ringcc_loaded(void)
+{
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[4096];
+    int found = 0;
+    while (maps && !found && fgets(line, sizeof line, maps))
+        found = strstr(line, "libringcc") != NULL;
+    if (maps)
+        fclose(maps);
+    EXPECT(found);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
+    check_ringcc_loaded();
     check_initializers();
     check_version_and_texts();
     check_one_rank();
