@@ -9,6 +9,26 @@
 
 #include "shim.h"
 
+/* ringcc's data types and operators are NCCL's numbers (ringcc.h), so the
+ * shim passes them on as they are. */
+SHIM_SAME_VALUE(RCC_INT8, ncclInt8);
+SHIM_SAME_VALUE(RCC_UINT8, ncclUint8);
+SHIM_SAME_VALUE(RCC_INT32, ncclInt32);
+SHIM_SAME_VALUE(RCC_UINT32, ncclUint32);
+SHIM_SAME_VALUE(RCC_INT64, ncclInt64);
+SHIM_SAME_VALUE(RCC_UINT64, ncclUint64);
+SHIM_SAME_VALUE(RCC_FLOAT16, ncclFloat16);
+SHIM_SAME_VALUE(RCC_FLOAT32, ncclFloat32);
+SHIM_SAME_VALUE(RCC_FLOAT64, ncclFloat64);
+SHIM_SAME_VALUE(RCC_BFLOAT16, ncclBfloat16);
+SHIM_SAME_VALUE(RCC_NUM_DATATYPES, ncclFloat8e4m3); /* the float8 types come after ringcc's */
+SHIM_SAME_VALUE(RCC_SUM, ncclSum);
+SHIM_SAME_VALUE(RCC_PROD, ncclProd);
+SHIM_SAME_VALUE(RCC_MAX, ncclMax);
+SHIM_SAME_VALUE(RCC_MIN, ncclMin);
+SHIM_SAME_VALUE(RCC_AVG, ncclAvg);
+SHIM_SAME_VALUE(RCC_NUM_OPS, ncclNumOps);
+
 /* The communicator of an operation, with what NCCL has and ringcc has not
  * refused before ringcc checks the rest. */
 static struct ncclComm *op_comm(ncclComm_t comm, ncclDataType_t dtype, const char *func,

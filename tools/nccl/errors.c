@@ -15,6 +15,15 @@
 
 static _Thread_local char last_error[1024];
 
+SHIM_SAME_VALUE(RCC_SUCCESS, ncclSuccess);
+SHIM_SAME_VALUE(RCC_ERR_CUDA, ncclUnhandledCudaError);
+SHIM_SAME_VALUE(RCC_ERR_SYSTEM, ncclSystemError);
+SHIM_SAME_VALUE(RCC_ERR_INTERNAL, ncclInternalError);
+SHIM_SAME_VALUE(RCC_ERR_INVALID_ARGUMENT, ncclInvalidArgument);
+SHIM_SAME_VALUE(RCC_ERR_INVALID_USAGE, ncclInvalidUsage);
+SHIM_SAME_VALUE(RCC_ERR_REMOTE, ncclRemoteError);
+SHIM_SAME_VALUE(RCC_IN_PROGRESS, ncclInProgress);
+
 ncclResult_t shim_result(rcc_result_t res)
 {
     switch (res) {

@@ -19,6 +19,9 @@
 #define SHIM_ALIAS(name)                                                                           \
     extern __typeof(p##name) name __attribute__((weak, alias("p" #name), visibility("default")))
 
+/* A ringcc enumerator that must be NCCL's number (ringcc.h promises it). */
+#define SHIM_SAME_VALUE(rcc, nccl) _Static_assert((int)(rcc) == (int)(nccl), #rcc " is not " #nccl)
+
 /* Operators made by ncclRedOpCreatePreMulSum, per communicator. */
 #define SHIM_MAX_PREMUL 64
 typedef struct {
