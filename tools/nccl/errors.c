@@ -15,6 +15,7 @@
 
 static _Thread_local char last_error[1024];
 
+/* ringcc's results 0..7 are NCCL's (ringcc.h): passed on as they are. */
 SHIM_SAME_VALUE(RCC_SUCCESS, ncclSuccess);
 SHIM_SAME_VALUE(RCC_ERR_CUDA, ncclUnhandledCudaError);
 SHIM_SAME_VALUE(RCC_ERR_SYSTEM, ncclSystemError);
