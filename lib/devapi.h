@@ -23,6 +23,11 @@ typedef struct rcci_devapi {
     /* 1 when p is device memory (staged through host memory to go over a
      * host transport), 0 for host memory of any kind. */
     int (*is_device)(const void *p);
+    /* The calling thread's current device, and making it another thread's
+     * (the progress thread works on the device of the thread that made the
+     * communicator's stream state). */
+    int (*current_device)(void);
+    rcc_result_t (*use_device)(int device);
     /* Host memory the device can read and write (pinned, mapped), zeroed. */
     rcc_result_t (*host_alloc)(void **p, size_t bytes);
     void (*host_free)(void *p);
@@ -34,6 +39,11 @@ typedef struct rcci_devapi {
     void (*event_destroy)(void *event);
     /* Enqueue: copy of n bytes in any direction. */
     rcc_result_t (*copy)(void *dst, const void *src, size_t n, void *stream);
+    /* Enqueue: dst[i] = a[i] op b[i], i < n, with rcci_reduce's semantics
+     * (lib/reduce.h; AVG divides by `divisor` when it is above 1). Any of
+     * the pointers may be host_alloc memory. */
+    rcc_result_t (*reduce)(void *dst, const void *a, const void *b, size_t n,
+                           rcc_datatype_t dtype, rcc_redop_t op, int divisor, void *stream);
     /* Enqueue: `event` completes when the stream's work so far is done. */
     rcc_result_t (*event_record)(void *event, void *stream);
     /* Never blocks: 1 done, 0 not yet; an error when the device failed. */

@@ -103,6 +103,7 @@ struct rcci_streams {
     const rcci_devapi_t *dev;
     volatile uint32_t *flags; /* pair k: start at 2k, done at 2k + 1 */
     uint32_t tickets;         /* handed out so far; under comm->lock */
+    int device;               /* of the first stream call's thread */
     void *copy_stream;        /* staging copies */
     pthread_mutex_t cache_lock;
     void *cache[STAGING_CACHE];
@@ -120,6 +121,7 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
             res = rcci_error(RCC_ERR_NO_MEMORY, "stream state");
         } else {
             s->dev = rcci_devapi();
+            s->device = s->dev->current_device();
             pthread_mutex_init(&s->cache_lock, NULL);
             void *flags = NULL;
             res = s->dev->host_alloc(&flags, 2 * STREAM_MARKS * sizeof(uint32_t));
@@ -336,6 +338,7 @@ struct rcci_exec {
     char *staging;
     size_t staging_bytes;
     void *event;
+    int pipelined; /* chunk by chunk on the device (inner is a pipeline) */
 };
 
 /* Every mark `op` waits for has been started by its stream. */
@@ -455,6 +458,25 @@ static rcc_result_t regions_copy(rcci_exec_t *x, int to_host)
     return dev->event_record(x->event, x->s->copy_stream);
 }
 
+/* Ring and chain collectives whose buffers are all device memory run chunk
+ * by chunk through pinned slots (coll/pipeline.c), copies and reductions on
+ * the GPU overlapping the wire. The rest (reduce-scatter and reduce, which
+ * keep partial results in host scratch; the small-message allreduces;
+ * point-to-point; a mix of host and device buffers) are staged whole. */
+static int op_pipelines_on_device(struct rcc_comm *comm, const rcci_op_t *op,
+                                  const rcci_devapi_t *dev)
+{
+    int root = comm->rank == op->root;
+    switch (op->coll) {
+    case RCCI_COLL_ALLREDUCE:
+    case RCCI_COLL_ALLGATHER:
+        return !op->rounds && dev->is_device(op->sendbuf) && dev->is_device(op->recvbuf);
+    case RCCI_COLL_BROADCAST:
+        return dev->is_device(op->recvbuf) && (!root || dev->is_device(op->sendbuf));
+    default: return 0;
+    }
+}
+
 /* Points the operation at the staging copies (the host executor sees host
  * memory only). */
 static void op_retarget(rcci_exec_t *x)
@@ -477,6 +499,8 @@ rcc_result_t rcci_stream_exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_e
     op->started_ns = rcci_now_ns(); /* for stall reports; again once the stream reaches it */
     rcci_exec_plan(comm, op); /* peers may ask about it while it waits for its stream */
     rcc_result_t res = streams_get(comm, &x->s);
+    if (res == RCC_SUCCESS) /* this (progress) thread's CUDA calls go to that device */
+        res = x->s->dev->use_device(x->s->device);
     if (res != RCC_SUCCESS)
         return res;
     int most = op->coll == RCCI_COLL_P2P ? op->nmsgs : 2;
@@ -503,6 +527,19 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
             return rcci_error(comm->broken, "the communicator failed earlier: %s",
                               comm->broken_text);
         x->op->started_ns = rcci_now_ns();
+        if (op_pipelines_on_device(comm, x->op, x->s->dev)) {
+            size_t bytes = 2 * (size_t)comm->slots * comm->chunk_bytes;
+            res = staging_take(x->s, bytes, (void **)&x->staging, &x->staging_bytes);
+            if (res == RCC_SUCCESS)
+                res = x->s->dev->event_create(&x->event);
+            if (res == RCC_SUCCESS)
+                res = rcci_coll_start_device(comm, x->op, x->s->dev, x->s->copy_stream,
+                                             x->staging, &x->inner);
+            x->pipelined = 1;
+            x->phase = PH_RUN;
+            *progressed = 1;
+            return res;
+        }
         regions_collect(comm, x);
         if (x->nregions) {
             size_t bytes = spans_layout(x);
@@ -540,7 +577,7 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
         rcci_exec_host_finish(comm, x->op, x->inner);
         x->inner = NULL;
         *progressed = 1;
-        if (!x->nregions) {
+        if (!x->nregions && !x->pipelined) {
             x->phase = PH_DONE;
             *done = 1;
             return RCC_SUCCESS;

@@ -57,6 +57,20 @@ static int cuda_is_device(const void *p)
     return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
 
+static int cuda_current_device(void)
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess)
+        (void)cudaGetLastError();
+    return dev;
+}
+
+static rcc_result_t cuda_use_device(int device)
+{
+    cudaError_t e = cudaSetDevice(device);
+    return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaSetDevice");
+}
+
 static rcc_result_t cuda_host_alloc(void **p, size_t bytes)
 {
     cudaError_t e = cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable);
@@ -161,6 +175,8 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .name = "cuda",
     .device_count = rcci_cuda_device_count,
     .is_device = cuda_is_device,
+    .current_device = cuda_current_device,
+    .use_device = cuda_use_device,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .stream_create = cuda_stream_create,
@@ -168,6 +184,7 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .copy = cuda_copy,
+    .reduce = rcci_cuda_reduce,
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,
     .write_flag = cuda_write_flag,

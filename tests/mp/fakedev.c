@@ -10,6 +10,7 @@
 
 #include "devapi.h"
 #include "err.h"
+#include "reduce.h"
 
 /* ---- device memory: ranges this module handed out ------------------------- */
 
@@ -59,7 +60,7 @@ static int fake_is_device(const void *p)
 
 /* ---- streams: a thread each, running its queue in order ------------------- */
 
-typedef enum { ITEM_COPY, ITEM_WRITE, ITEM_WAIT, ITEM_EVENT, ITEM_FN } item_kind_t;
+typedef enum { ITEM_COPY, ITEM_REDUCE, ITEM_WRITE, ITEM_WAIT, ITEM_EVENT, ITEM_FN } item_kind_t;
 
 typedef struct item {
     struct item *next;
@@ -73,6 +74,10 @@ typedef struct item {
     uint64_t event_seq;
     void (*fn)(void *);
     void *arg;
+    const void *src2; /* reduce: dst = src op src2 */
+    rcc_datatype_t dtype;
+    rcc_redop_t op;
+    int divisor;
 } item_t;
 
 typedef struct {
@@ -97,6 +102,9 @@ static void item_run(fake_stream_t *s, item_t *it)
     sleep_us(rand_r(&s->seed) % (FAKEDEV_JITTER_US + 1));
     switch (it->kind) {
     case ITEM_COPY: memmove(it->dst, it->src, it->n); break;
+    case ITEM_REDUCE:
+        rcci_reduce(it->dst, it->src, it->src2, it->n, it->dtype, it->op, it->divisor);
+        break;
     case ITEM_WRITE: __atomic_store_n(it->flag, it->value, __ATOMIC_RELEASE); break;
     case ITEM_WAIT:
         while ((int32_t)(__atomic_load_n(it->flag, __ATOMIC_ACQUIRE) - it->value) < 0)
@@ -207,6 +215,13 @@ static int fake_device_count(char *why, size_t size)
     return 1;
 }
 
+static int fake_current_device(void) { return 0; }
+
+static rcc_result_t fake_use_device(int device)
+{
+    return device == 0 ? RCC_SUCCESS : rcci_error(RCC_ERR_CUDA, "fake device %d", device);
+}
+
 static rcc_result_t fake_host_alloc(void **p, size_t bytes)
 {
     *p = calloc(1, bytes ? bytes : 1);
@@ -233,6 +248,20 @@ static void fake_event_destroy(void *event) { free(event); }
 static rcc_result_t fake_copy(void *dst, const void *src, size_t n, void *stream)
 {
     stream_push(stream, (item_t){.kind = ITEM_COPY, .dst = dst, .src = src, .n = n});
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t fake_reduce(void *dst, const void *a, const void *b, size_t n,
+                               rcc_datatype_t dtype, rcc_redop_t op, int divisor, void *stream)
+{
+    stream_push(stream, (item_t){.kind = ITEM_REDUCE,
+                                 .dst = dst,
+                                 .src = a,
+                                 .src2 = b,
+                                 .n = n,
+                                 .dtype = dtype,
+                                 .op = op,
+                                 .divisor = divisor});
     return RCC_SUCCESS;
 }
 
@@ -268,6 +297,8 @@ static const rcci_devapi_t fake_api = {
     .name = "fake",
     .device_count = fake_device_count,
     .is_device = fake_is_device,
+    .current_device = fake_current_device,
+    .use_device = fake_use_device,
     .host_alloc = fake_host_alloc,
     .host_free = fake_host_free,
     .stream_create = fake_stream_create,
@@ -275,6 +306,7 @@ static const rcci_devapi_t fake_api = {
     .event_create = fake_event_create,
     .event_destroy = fake_event_destroy,
     .copy = fake_copy,
+    .reduce = fake_reduce,
     .event_record = fake_event_record,
     .event_query = fake_event_query,
     .write_flag = fake_write_flag,

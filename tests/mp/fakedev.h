@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#define FAKEDEV_JITTER_US 300
+#define FAKEDEV_JITTER_US 100
 
 /* Makes the library use the fake device (before the first stream call). */
 void fakedev_install(void);

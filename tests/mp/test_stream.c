@@ -18,11 +18,8 @@
 #include "../check_main.h"
 #include "fakedev.h"
 #include "mp.h"
+#include "streamcase.h"
 #include "testdata.h"
-
-enum { K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_BROADCAST, K_REDUCE, K_NKINDS };
-static const char *const kind_names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
-                                         "reduce"};
 
 /* A "kernel" that copies n bytes. With `gated`, it first waits until the
  * test opens its gate, which the test does once the collective call has
@@ -49,59 +46,20 @@ static void kern_copy(void *arg)
     memcpy(k->dst, k->src, k->n);
 }
 
-typedef struct {
-    int kind, inplace, root, device;
-    rcc_datatype_t dt;
-    rcc_redop_t op;
-    size_t count;
-    unsigned seed;
-} scase_t;
-
-static rcc_result_t scase_call(const scase_t *c, const void *s, void *r, rcc_comm_t comm,
-                               void *stream)
-{
-    switch (c->kind) {
-    case K_ALLREDUCE: return rcc_allreduce_stream(s, r, c->count, c->dt, c->op, comm, stream);
-    case K_REDUCE_SCATTER:
-        return rcc_reduce_scatter_stream(s, r, c->count, c->dt, c->op, comm, stream);
-    case K_ALLGATHER: return rcc_allgather_stream(s, r, c->count, c->dt, comm, stream);
-    case K_BROADCAST: return rcc_broadcast_stream(s, r, c->count, c->dt, c->root, comm, stream);
-    default: return rcc_reduce_stream(s, r, c->count, c->dt, c->op, c->root, comm, stream);
-    }
-}
-
 /* Runs one case; 0 when right, 1 when wrong (printed), -1 when the call or
  * the stream failed. */
 static int scase_run(const scase_t *c, rcc_comm_t comm, void *stream, int rank, int n)
 {
-    size_t es = rcc_datatype_size(c->dt), cnt = c->count, nn = (size_t)n;
-    size_t send_elems = c->kind == K_REDUCE_SCATTER ? cnt * nn : cnt;
-    size_t recv_elems = c->kind == K_ALLGATHER ? cnt * nn : cnt;
-    size_t big = (send_elems > recv_elems ? send_elems : recv_elems) * es;
+    size_t es = rcc_datatype_size(c->dt), send_elems, recv_elems, big;
+    scase_sizes(c, n, &send_elems, &recv_elems, &big);
     char *in = malloc(send_elems * es), *want = malloc(recv_elems * es);
     char *got = malloc(recv_elems * es);
-    int fill_rank = c->kind == K_BROADCAST ? c->root : rank;
-    td_fill(in, 0, send_elems, c->seed, fill_rank, c->dt, c->op);
-    switch (c->kind) {
-    case K_ALLREDUCE:
-    case K_REDUCE: td_reference(want, 0, cnt, NULL, n, c->seed, c->dt, c->op); break;
-    case K_REDUCE_SCATTER:
-        td_reference(want, (size_t)rank * cnt, cnt, NULL, n, c->seed, c->dt, c->op);
-        break;
-    case K_ALLGATHER:
-        for (int r = 0; r < n; r++)
-            td_fill(want + (size_t)r * cnt * es, 0, cnt, c->seed, r, c->dt, c->op);
-        break;
-    default: memcpy(want, in, cnt * es); break;
-    }
-    /* Buffers: one area when in place (the layouts of ringcc.h), else two. */
+    scase_expect(c, rank, n, in, want);
+    /* Buffers: one area when in place, else two. */
     char *area = c->device ? fakedev_malloc(big) : calloc(1, big);
     char *area2 = c->inplace ? NULL : c->device ? fakedev_malloc(big) : calloc(1, big);
-    char *sendbuf = area, *recvbuf = c->inplace ? area : area2;
-    if (c->inplace && c->kind == K_REDUCE_SCATTER)
-        recvbuf = area + (size_t)rank * cnt * es;
-    if (c->inplace && c->kind == K_ALLGATHER)
-        sendbuf = area + (size_t)rank * cnt * es;
+    char *sendbuf, *recvbuf;
+    scase_layout(c, rank, area, area2, &sendbuf, &recvbuf);
     memset(recvbuf, TD_UNWRITTEN, recv_elems * es);
     kcopy_t fill = {sendbuf, in, send_elems * es, 1, 0, 0};
     kcopy_t snap = {got, recvbuf, recv_elems * es, 0, 0, 0};
@@ -112,9 +70,7 @@ static int scase_run(const scase_t *c, rcc_comm_t comm, void *stream, int rank, 
     int stuck = fakedev_stream_sync(stream, 60);
     int bad = 0;
     char what[200];
-    snprintf(what, sizeof what, "rank %d/%d %s %s %s count %zu%s%s root %d", rank, n,
-             kind_names[c->kind], rcc_datatype_name(c->dt), rcc_redop_name(c->op), cnt,
-             c->inplace ? " in place" : "", c->device ? " device" : " host", c->root);
+    scase_text(c, rank, n, what, sizeof what);
     if (res != RCC_SUCCESS) {
         fprintf(stderr, "%s: %s: %s\n", what, rcc_result_name(res), rcc_last_error(comm));
         bad = -1;
@@ -124,7 +80,7 @@ static int scase_run(const scase_t *c, rcc_comm_t comm, void *stream, int rank, 
     } else if (atomic_load(&fill.gave_up)) {
         fprintf(stderr, "%s: the call returned only after the stream's earlier work ran\n", what);
         bad = 1;
-    } else if (c->kind != K_REDUCE || rank == c->root) {
+    } else if (scase_has_result(c, rank)) {
         bad = td_compare(what, got, want, recv_elems, c->dt);
     }
     rcc_result_t async = RCC_SUCCESS;
@@ -173,6 +129,24 @@ static int rank_collectives(int rank, int n, void *arg)
                     return 1;
                 bad |= r;
             }
+    /* Large enough for the ring on every rank count: chunk by chunk through
+     * pinned slots, reduced on the device (coll/pipeline.c's device mode). */
+    const int piped[] = {K_ALLREDUCE, K_ALLGATHER, K_BROADCAST};
+    for (size_t k = 0; k < 3; k++)
+        for (int v = 0; v < 4; v++) {
+            scase_t c = {.kind = piped[k],
+                         .dt = v < 2 ? RCC_FLOAT32 : RCC_BFLOAT16,
+                         .op = v % 2 ? RCC_AVG : RCC_SUM,
+                         .count = piped[k] == K_ALLGATHER ? 150001 : 600001,
+                         .inplace = v % 2,
+                         .root = (int)(seed % (unsigned)n),
+                         .device = 1,
+                         .seed = seed++};
+            int r = scase_run(&c, comm, stream, rank, n);
+            if (r < 0)
+                return 1;
+            bad |= r;
+        }
     fakedev_stream_destroy(stream);
     /* Nobody leaves (which its peers' health probes would see) before all
      * have looked at the communicator's health. */
