@@ -292,11 +292,13 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *pr
 void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *exec);
 /* rcci_coll_start for buffers in device memory: chunks go through `pinned`
  * (2 * slots * chunk_bytes of host_alloc memory: receive slots, then send
- * slots), copies and reductions run on `dstream` (stream.c). */
+ * slots), copies and reductions run on `dstream`, partial results go to
+ * `dscratch`, device memory of rcci_coll_device_scratch_bytes (stream.c). */
 struct rcci_devapi;
 rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
                                     const struct rcci_devapi *dev, void *dstream, char *pinned,
-                                    rcci_exec_t **exec);
+                                    char *dscratch, rcci_exec_t **exec);
+size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
 
 /* The same three for point-to-point operations (coll/p2p.c), and closing
  * every point-to-point connection (after a failure, at destroy). */

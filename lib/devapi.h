@@ -31,6 +31,11 @@ typedef struct rcci_devapi {
     /* Host memory the device can read and write (pinned, mapped), zeroed. */
     rcc_result_t (*host_alloc)(void **p, size_t bytes);
     void (*host_free)(void *p);
+    /* Enqueue: device memory (stream-ordered: usable by work queued on
+     * `stream` after the call; freed after the work queued before the free),
+     * so that no call synchronises the device. */
+    rcc_result_t (*dev_alloc)(void **p, size_t bytes, void *stream);
+    void (*dev_free)(void *p, void *stream);
     /* A stream of the library's own (non-blocking with respect to the
      * legacy default stream), and an event. */
     rcc_result_t (*stream_create)(void **stream);

@@ -339,6 +339,7 @@ struct rcci_exec {
     size_t staging_bytes;
     void *event;
     int pipelined; /* chunk by chunk on the device (inner is a pipeline) */
+    char *dscratch;
 };
 
 /* Every mark `op` waits for has been started by its stream. */
@@ -460,9 +461,9 @@ static rcc_result_t regions_copy(rcci_exec_t *x, int to_host)
 
 /* Ring and chain collectives whose buffers are all device memory run chunk
  * by chunk through pinned slots (coll/pipeline.c), copies and reductions on
- * the GPU overlapping the wire. The rest (reduce-scatter and reduce, which
- * keep partial results in host scratch; the small-message allreduces;
- * point-to-point; a mix of host and device buffers) are staged whole. */
+ * the GPU overlapping the wire, partial results in device scratch. The rest
+ * (the small-message allreduces, point-to-point, a mix of host and device
+ * buffers) are staged whole. */
 static int op_pipelines_on_device(struct rcc_comm *comm, const rcci_op_t *op,
                                   const rcci_devapi_t *dev)
 {
@@ -470,9 +471,12 @@ static int op_pipelines_on_device(struct rcc_comm *comm, const rcci_op_t *op,
     switch (op->coll) {
     case RCCI_COLL_ALLREDUCE:
     case RCCI_COLL_ALLGATHER:
+    case RCCI_COLL_REDUCE_SCATTER:
         return !op->rounds && dev->is_device(op->sendbuf) && dev->is_device(op->recvbuf);
     case RCCI_COLL_BROADCAST:
         return dev->is_device(op->recvbuf) && (!root || dev->is_device(op->sendbuf));
+    case RCCI_COLL_REDUCE:
+        return dev->is_device(op->sendbuf) && (!root || dev->is_device(op->recvbuf));
     default: return 0;
     }
 }
@@ -532,9 +536,12 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
             res = staging_take(x->s, bytes, (void **)&x->staging, &x->staging_bytes);
             if (res == RCC_SUCCESS)
                 res = x->s->dev->event_create(&x->event);
+            size_t scratch = rcci_coll_device_scratch_bytes(comm, x->op);
+            if (res == RCC_SUCCESS && scratch)
+                res = x->s->dev->dev_alloc((void **)&x->dscratch, scratch, x->s->copy_stream);
             if (res == RCC_SUCCESS)
                 res = rcci_coll_start_device(comm, x->op, x->s->dev, x->s->copy_stream,
-                                             x->staging, &x->inner);
+                                             x->staging, x->dscratch, &x->inner);
             x->pipelined = 1;
             x->phase = PH_RUN;
             *progressed = 1;
@@ -606,6 +613,8 @@ void rcci_stream_exec_finish(struct rcc_comm *comm, rcci_exec_t *x)
         rcci_exec_host_finish(comm, x->op, x->inner);
     if (x->staging)
         staging_give(x->s, x->staging, x->staging_bytes);
+    if (x->dscratch)
+        x->s->dev->dev_free(x->dscratch, x->s->copy_stream);
     if (x->event)
         x->s->dev->event_destroy(x->event);
     free(x->regions);

@@ -103,7 +103,10 @@ static size_t pipe_chunk_elems(const struct rcc_comm *comm, const rcci_op_t *op,
     return bytes / esize ? bytes / esize : 1;
 }
 
-rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **out)
+/* `scratch`: where partial results go (reduce-scatter's two segments, or
+ * reduce's `slots` chunks); NULL: the communicator's host areas. */
+static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scratch,
+                               rcci_exec_t **out)
 {
     rcci_exec_t *x = calloc(1, sizeof *x);
     if (!x)
@@ -112,7 +115,9 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
     x->op = op;
     rcci_op_tag(op, op->seq, &x->tag);
     size_t esize = rcc_datatype_size(op->dtype);
-    rcc_result_t res = pipe_scratch(comm, rcci_schedule_scratch_bytes(op->coll, op->count, esize));
+    rcc_result_t res =
+        scratch ? RCC_SUCCESS
+                : pipe_scratch(comm, rcci_schedule_scratch_bytes(op->coll, op->count, esize));
     if (res != RCC_SUCCESS)
         return res;
     x->sched = (rcci_schedule_t){.coll = op->coll,
@@ -124,8 +129,8 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
                                  .redop = op->redop,
                                  .sendbuf = op->sendbuf,
                                  .recvbuf = op->recvbuf,
-                                 .scratch = comm->scratch,
-                                 .stage = comm->stage_mem,
+                                 .scratch = scratch ? scratch : comm->scratch,
+                                 .stage = scratch ? scratch : comm->stage_mem,
                                  .slots = (size_t)comm->slots,
                                  .chunk_elems = pipe_chunk_elems(comm, op, esize)};
     rcci_schedule_init(&x->sched);
@@ -143,6 +148,18 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
     if (!x->sreq || !x->rreq)
         return rcci_error(RCC_ERR_NO_MEMORY, "request table");
     return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **out)
+{
+    return pipe_start(comm, op, NULL, out);
+}
+
+size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
+{
+    if (op->coll == RCCI_COLL_REDUCE)
+        return (size_t)comm->slots * comm->chunk_bytes;
+    return rcci_schedule_scratch_bytes(op->coll, op->count, rcc_datatype_size(op->dtype));
 }
 
 /* Retires the requests of one direction in order, up to the first that is
@@ -186,9 +203,9 @@ static rcc_result_t pipe_reap(struct rcc_comm *comm, rcci_exec_t *x, int sends, 
 
 rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
                                     const rcci_devapi_t *dev, void *dstream, char *pinned,
-                                    rcci_exec_t **out)
+                                    char *dscratch, rcci_exec_t **out)
 {
-    rcc_result_t res = rcci_coll_start(comm, op, out);
+    rcc_result_t res = pipe_start(comm, op, dscratch, out);
     rcci_exec_t *x = *out;
     if (res != RCC_SUCCESS)
         return res;

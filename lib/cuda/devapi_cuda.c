@@ -86,6 +86,18 @@ static void cuda_host_free(void *p)
         cudaFreeHost(p);
 }
 
+static rcc_result_t cuda_dev_alloc(void **p, size_t bytes, void *stream)
+{
+    cudaError_t e = cudaMallocAsync(p, bytes ? bytes : 1, (cudaStream_t)stream);
+    return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaMallocAsync of device scratch");
+}
+
+static void cuda_dev_free(void *p, void *stream)
+{
+    if (p)
+        cudaFreeAsync(p, (cudaStream_t)stream);
+}
+
 static rcc_result_t cuda_stream_create(void **stream)
 {
     cudaStream_t s;
@@ -179,6 +191,8 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .use_device = cuda_use_device,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
+    .dev_alloc = cuda_dev_alloc,
+    .dev_free = cuda_dev_free,
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
     .event_create = cuda_event_create,

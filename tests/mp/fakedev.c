@@ -230,6 +230,21 @@ static rcc_result_t fake_host_alloc(void **p, size_t bytes)
 
 static void fake_host_free(void *p) { free(p); }
 
+/* Stream order does not matter here: the memory exists at once and is
+ * freed only after the stream has run what was queued before the free. */
+static rcc_result_t fake_dev_alloc(void **p, size_t bytes, void *stream)
+{
+    (void)stream;
+    *p = fakedev_malloc(bytes);
+    return RCC_SUCCESS;
+}
+
+static void fake_dev_free(void *p, void *stream)
+{
+    fakedev_stream_sync(stream, 60);
+    fakedev_free(p);
+}
+
 static rcc_result_t fake_stream_create(void **stream)
 {
     *stream = fakedev_stream_create();
@@ -301,6 +316,8 @@ static const rcci_devapi_t fake_api = {
     .use_device = fake_use_device,
     .host_alloc = fake_host_alloc,
     .host_free = fake_host_free,
+    .dev_alloc = fake_dev_alloc,
+    .dev_free = fake_dev_free,
     .stream_create = fake_stream_create,
     .stream_destroy = fakedev_stream_destroy,
     .event_create = fake_event_create,

@@ -131,13 +131,13 @@ static int rank_collectives(int rank, int n, void *arg)
             }
     /* Large enough for the ring on every rank count: chunk by chunk through
      * pinned slots, reduced on the device (coll/pipeline.c's device mode). */
-    const int piped[] = {K_ALLREDUCE, K_ALLGATHER, K_BROADCAST};
-    for (size_t k = 0; k < 3; k++)
+    for (int kind = 0; kind < K_NKINDS; kind++)
         for (int v = 0; v < 4; v++) {
-            scase_t c = {.kind = piped[k],
+            int per_rank = kind == K_ALLGATHER || kind == K_REDUCE_SCATTER;
+            scase_t c = {.kind = kind,
                          .dt = v < 2 ? RCC_FLOAT32 : RCC_BFLOAT16,
                          .op = v % 2 ? RCC_AVG : RCC_SUM,
-                         .count = piped[k] == K_ALLGATHER ? 150001 : 600001,
+                         .count = per_rank ? 150001 : 600001,
                          .inplace = v % 2,
                          .root = (int)(seed % (unsigned)n),
                          .device = 1,
