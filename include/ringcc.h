@@ -384,9 +384,13 @@ RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
  * queued on `stream` after the call starts only once the operation's result
  * is in recvbuf. The calling thread never synchronises with the GPU (no
  * cudaStreamSynchronize, no device-wide synchronisation); the
- * communicator's progress thread moves the data (device memory over TCP is
- * staged through pinned host memory, chunk by chunk, and reduced on the GPU).
- * Buffers belong to the library until the stream has passed the operation.
+ * communicator's progress thread moves the data. Device memory goes over the
+ * host transports through pinned host staging: chunk by chunk, reduced on the
+ * GPU, for the ring and chain collectives on device buffers; by whole buffers
+ * (copied out once the stream reaches the call, the host collective on the
+ * copy, the result copied back) for the small-message allreduces,
+ * point-to-point and mixed host/device buffers. Buffers belong to the
+ * library until the stream has passed the operation.
  *
  * Errors found by the call (bad arguments, a broken communicator) are
  * returned at once and nothing is queued. A failure while the operation

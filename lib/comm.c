@@ -339,6 +339,7 @@ static void comm_free(struct rcc_comm *comm)
         close(comm->wake_fd);
     free(comm->slot_mem);
     free(comm->stage_mem);
+    rcci_streams_free(comm);
     free(comm->scratch);
     free(comm->heard);
     free(comm->heard_valid);

@@ -44,6 +44,16 @@ typedef struct {
  * back. Reference-counted: the caller (its request) and the progress thread
  * each hold one, and completion is signalled on the operation itself, so a
  * request outlives its communicator safely. */
+/* An operation ordered on a CUDA stream (stream.c): the stream stores
+ * *start = ticket when it reaches the call; the progress thread stores
+ * *done = ticket when the operation has ended, which the stream waits for. */
+typedef struct {
+    volatile uint32_t *start, *done; /* NULL: not on a stream */
+    uint32_t ticket;
+    int released;
+    void *stream;
+} rcci_mark_t;
+
 typedef struct rcci_op {
     struct rcci_op *next; /* queue link, under comm->lock */
     atomic_int refs;
@@ -57,6 +67,8 @@ typedef struct rcci_op {
     int rounds;          /* an allreduce run as rounds of exchanges (coll/allreduce_rounds.c) */
     int algo;            /* an allreduce's rcci_allreduce_algo_t */
     int alltoalls;       /* point-to-point: alltoall calls in it, numbered like collectives */
+    int on_stream;       /* ordered on a CUDA stream (or stands for members that are) */
+    rcci_mark_t mark;
     atomic_int launched; /* enqueued (inside a group: only at rcc_group_end) */
     /* A fused operation (group.c): one allreduce over `fusion_buf` standing
      * for its members, which complete when it does. */
@@ -156,6 +168,7 @@ struct rcc_comm {
      * (more work was queued behind it), under `lock`. */
     rcci_op_t *adopt_op;
     struct rcci_exec *adopt_exec;
+    struct rcci_streams *streams; /* stream.c's state, made at the first stream call */
     uint32_t next_seq;
     uint64_t splits; /* rcc_comm_split calls so far (caller's thread only) */
     int stopping;
@@ -243,6 +256,13 @@ rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op);
 int rcci_stream_usable(void);
 const char *rcci_stream_why(void);
 rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stream);
+/* Lets the streams waiting for `op` (and its members) go on; idempotent.
+ * Every end of a stream operation passes here. */
+void rcci_stream_release(rcci_op_t *op);
+/* At the outermost rcc_group_end, after the launch: each stream of the
+ * group's stream calls waits for their results. */
+void rcci_stream_group_end(void);
+void rcci_streams_free(struct rcc_comm *comm);
 /* Runs a blocking call's operation to its end on the calling thread when
  * nothing else is queued or running (RCC_INLINE): no hand-off to the
  * progress thread and back, which dominates small messages. Returns 1 when
@@ -270,6 +290,15 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
 rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed,
                                int *done);
 void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *exec);
+/* rcci_coll_start for buffers in device memory: chunks go through `pinned`
+ * (2 * slots * chunk_bytes of host_alloc memory: receive slots, then send
+ * slots), copies and reductions run on `dstream`, partial results go to
+ * `dscratch`, device memory of rcci_coll_device_scratch_bytes (stream.c). */
+struct rcci_devapi;
+rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
+                                    const struct rcci_devapi *dev, void *dstream, char *pinned,
+                                    char *dscratch, rcci_exec_t **exec);
+size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
 
 /* The same three for point-to-point operations (coll/p2p.c), and closing
  * every point-to-point connection (after a failure, at destroy). */
@@ -360,6 +389,23 @@ void rcci_exec_waiting_for(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec
                            size_t size);
 void rcci_coll_waiting_for(struct rcc_comm *comm, rcci_exec_t *exec, char *buf, size_t size);
 void rcci_p2p_waiting_for(struct rcc_comm *comm, rcci_exec_t *exec, char *buf, size_t size);
+
+/* The host executors behind one interface (progress.c), and stream.c's,
+ * which waits for the stream, stages device memory and runs a host one. */
+/* Chooses the algorithm (op->algo, op->rounds) before the operation runs:
+ * what it tells peers about it (its signature) must not change later. */
+void rcci_exec_plan(const struct rcc_comm *comm, rcci_op_t *op);
+rcc_result_t rcci_exec_host_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec);
+rcc_result_t rcci_exec_host_advance(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec,
+                                    int *progressed, int *done);
+void rcci_exec_host_finish(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec);
+void rcci_exec_host_waiting_for(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec,
+                                char *buf, size_t size);
+rcc_result_t rcci_stream_exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec);
+rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed,
+                                      int *done);
+void rcci_stream_exec_finish(struct rcc_comm *comm, rcci_exec_t *exec);
+void rcci_stream_waiting_for(struct rcc_comm *comm, rcci_exec_t *exec, char *buf, size_t size);
 
 /* Adds a connection's descriptor to the progress thread's epoll set. */
 rcc_result_t rcci_progress_watch(struct rcc_comm *comm, int fd);

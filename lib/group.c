@@ -50,8 +50,9 @@ rcc_result_t rcci_group_add(struct rcc_comm *comm, rcci_op_t *op, rcc_request_t 
 
 static int group_fusable(const rcci_op_t *a, const rcci_op_t *b)
 {
+    /* Stream operations are not packed: their buffers may be device memory. */
     return !a->nmembers && a->coll == RCCI_COLL_ALLREDUCE && b->coll == RCCI_COLL_ALLREDUCE &&
-           a->dtype == b->dtype && a->redop == b->redop;
+           a->dtype == b->dtype && a->redop == b->redop && !a->on_stream && !b->on_stream;
 }
 
 /* Fusion buffers: the communicator keeps the last one freed, so a training
@@ -87,8 +88,10 @@ static void group_buffer_give(struct rcc_comm *comm, char *buf, size_t bytes)
 /* Ends the members of a fused operation that could not be launched. */
 static void group_fail(rcci_op_t **ops, int n, rcc_result_t res)
 {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        rcci_stream_release(ops[i]);
         rcci_op_complete(ops[i], res);
+    }
 }
 
 /* One fused allreduce for ops[0..n), all on `comm`, inputs packed now. */
@@ -214,6 +217,7 @@ static int group_merge_p2p(rcci_op_t **ops, int n, rcc_result_t *res)
             if (msgs[m + j].alltoall)
                 msgs[m + j].alltoall += merged->alltoalls;
         merged->alltoalls += ops[i]->alltoalls;
+        merged->on_stream |= ops[i]->on_stream;
         m += ops[i]->nmsgs;
         members[k] = ops[i];
         atomic_fetch_add(&ops[i]->refs, 1); /* the merged operation's */
@@ -302,8 +306,10 @@ rcc_result_t rcc_group_end(void)
     if (!ops) {
         first = rcci_error(RCC_ERR_NO_MEMORY, "launching a group of %d operations", n);
         snprintf(error, sizeof error, "%s", rcci_tls_error());
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
+            rcci_stream_release(entries[i].op);
             rcci_op_complete(entries[i].op, first);
+        }
     }
     for (int i = 0; i < n; i++) {
         if (entries[i].owned) {
@@ -317,6 +323,7 @@ rcc_result_t rcc_group_end(void)
     }
     free(ops);
     free(entries);
+    rcci_stream_group_end();
     if (first != RCC_SUCCESS)
         rcci_tls_error_set(error);
     return first;

@@ -57,6 +57,8 @@ void rcci_op_complete(rcci_op_t *op, rcc_result_t res)
 /* Ends the progress thread's part in `op`. */
 static void progress_complete(rcci_op_t *op, rcc_result_t res)
 {
+    if (op->on_stream)
+        rcci_stream_release(op);
     if (op->nmembers)
         rcci_group_complete_fused(op, res);
     rcci_op_complete(op, res);
@@ -194,26 +196,38 @@ static int exec_is_p2p(const rcci_op_t *op) { return op->coll == RCCI_COLL_P2P |
 void rcci_exec_waiting_for(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec, char *buf,
                            size_t size)
 {
+    if (op->on_stream)
+        rcci_stream_waiting_for(comm, exec, buf, size);
+    else
+        rcci_exec_host_waiting_for(comm, op, exec, buf, size);
+}
+
+void rcci_exec_host_waiting_for(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec,
+                                char *buf, size_t size)
+{
     if (exec_is_p2p(op))
         rcci_p2p_waiting_for(comm, exec, buf, size);
     else
         rcci_coll_waiting_for(comm, exec, buf, size);
 }
 
-static rcc_result_t exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec)
+void rcci_exec_plan(const struct rcc_comm *comm, rcci_op_t *op)
+{
+    if (op->coll != RCCI_COLL_ALLREDUCE)
+        return;
+    rcci_allreduce_algo_t algo = rcci_allreduce_algo(comm, op->count * rcc_datatype_size(op->dtype));
+    op->algo = (int)algo;
+    op->rounds = algo != RCCI_ALLREDUCE_RING;
+}
+
+rcc_result_t rcci_exec_host_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **exec)
 {
     op->started_ns = rcci_now_ns();
     if (op->coll == RCCI_COLL_P2P)
         return rcci_p2p_start(comm, op, exec);
-    if (op->coll == RCCI_COLL_ALLREDUCE) {
-        rcci_allreduce_algo_t algo =
-            rcci_allreduce_algo(comm, op->count * rcc_datatype_size(op->dtype));
-        op->algo = (int)algo;
-        if (algo != RCCI_ALLREDUCE_RING) {
-            op->rounds = 1;
-            return rcci_rounds_allreduce_start(comm, op, algo, exec);
-        }
-    }
+    rcci_exec_plan(comm, op);
+    if (op->rounds)
+        return rcci_rounds_allreduce_start(comm, op, (rcci_allreduce_algo_t)op->algo, exec);
     return rcci_coll_start(comm, op, exec);
 }
 
@@ -223,17 +237,33 @@ static rcc_result_t exec_start_unless_broken(struct rcc_comm *comm, rcci_op_t *o
 {
     if (comm->broken != RCC_SUCCESS)
         return rcci_error(comm->broken, "the communicator failed earlier: %s", comm->broken_text);
-    return exec_start(comm, op, exec);
+    return op->on_stream ? rcci_stream_exec_start(comm, op, exec)
+                         : rcci_exec_host_start(comm, op, exec);
 }
 
-static rcc_result_t exec_advance(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec,
-                                 int *progressed, int *done)
+rcc_result_t rcci_exec_host_advance(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec,
+                                    int *progressed, int *done)
 {
     return exec_is_p2p(op) ? rcci_p2p_advance(comm, exec, progressed, done)
                            : rcci_coll_advance(comm, exec, progressed, done);
 }
 
+static rcc_result_t exec_advance(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec,
+                                 int *progressed, int *done)
+{
+    return op->on_stream ? rcci_stream_exec_advance(comm, exec, progressed, done)
+                         : rcci_exec_host_advance(comm, op, exec, progressed, done);
+}
+
 static void exec_finish(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec)
+{
+    if (op->on_stream)
+        rcci_stream_exec_finish(comm, exec);
+    else
+        rcci_exec_host_finish(comm, op, exec);
+}
+
+void rcci_exec_host_finish(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec)
 {
     if (exec_is_p2p(op))
         rcci_p2p_finish(comm, exec);

@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "comm.h"
+#include "devapi.h"
 #include "log.h"
 #include "reduce.h"
 #include "schedule.h"
@@ -31,6 +32,17 @@ struct rcci_exec {
     int local_done;
     size_t nconns;  /* connections per edge it deals its messages over */
     rcci_tag_t tag; /* every message of the operation carries it */
+    /* Device buffers (rcci_coll_start_device): every chunk goes through a
+     * pinned slot; the copies and reductions run on `dstream`, and a step
+     * counts as done when its event has completed. Receives are posted,
+     * then land (the transport is done, the device work queued), then are
+     * done; sends are staged (copy to the slot queued), then posted, then
+     * done. */
+    const rcci_devapi_t *dev;
+    void *dstream;
+    char *pin_recv, *pin_send; /* `slots` chunks each */
+    void **rev, **sev;         /* an event per slot */
+    size_t recv_landed, send_staged;
 };
 
 static char *pipe_slot(struct rcc_comm *comm, size_t item)
@@ -91,7 +103,10 @@ static size_t pipe_chunk_elems(const struct rcc_comm *comm, const rcci_op_t *op,
     return bytes / esize ? bytes / esize : 1;
 }
 
-rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **out)
+/* `scratch`: where partial results go (reduce-scatter's two segments, or
+ * reduce's `slots` chunks); NULL: the communicator's host areas. */
+static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scratch,
+                               rcci_exec_t **out)
 {
     rcci_exec_t *x = calloc(1, sizeof *x);
     if (!x)
@@ -100,7 +115,9 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
     x->op = op;
     rcci_op_tag(op, op->seq, &x->tag);
     size_t esize = rcc_datatype_size(op->dtype);
-    rcc_result_t res = pipe_scratch(comm, rcci_schedule_scratch_bytes(op->coll, op->count, esize));
+    rcc_result_t res =
+        scratch ? RCC_SUCCESS
+                : pipe_scratch(comm, rcci_schedule_scratch_bytes(op->coll, op->count, esize));
     if (res != RCC_SUCCESS)
         return res;
     x->sched = (rcci_schedule_t){.coll = op->coll,
@@ -112,8 +129,8 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
                                  .redop = op->redop,
                                  .sendbuf = op->sendbuf,
                                  .recvbuf = op->recvbuf,
-                                 .scratch = comm->scratch,
-                                 .stage = comm->stage_mem,
+                                 .scratch = scratch ? scratch : comm->scratch,
+                                 .stage = scratch ? scratch : comm->stage_mem,
                                  .slots = (size_t)comm->slots,
                                  .chunk_elems = pipe_chunk_elems(comm, op, esize)};
     rcci_schedule_init(&x->sched);
@@ -131,6 +148,18 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
     if (!x->sreq || !x->rreq)
         return rcci_error(RCC_ERR_NO_MEMORY, "request table");
     return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **out)
+{
+    return pipe_start(comm, op, NULL, out);
+}
+
+size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
+{
+    if (op->coll == RCCI_COLL_REDUCE)
+        return (size_t)comm->slots * comm->chunk_bytes;
+    return rcci_schedule_scratch_bytes(op->coll, op->count, rcc_datatype_size(op->dtype));
 }
 
 /* Retires the requests of one direction in order, up to the first that is
@@ -170,12 +199,184 @@ static rcc_result_t pipe_reap(struct rcc_comm *comm, rcci_exec_t *x, int sends, 
     return RCC_SUCCESS;
 }
 
+/* ---- device buffers ------------------------------------------------------ */
+
+rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
+                                    const rcci_devapi_t *dev, void *dstream, char *pinned,
+                                    char *dscratch, rcci_exec_t **out)
+{
+    rcc_result_t res = pipe_start(comm, op, dscratch, out);
+    rcci_exec_t *x = *out;
+    if (res != RCC_SUCCESS)
+        return res;
+    size_t slots = (size_t)comm->slots;
+    x->dev = dev;
+    x->dstream = dstream;
+    x->pin_recv = pinned;
+    x->pin_send = pinned + slots * comm->chunk_bytes;
+    x->rev = calloc(slots, sizeof *x->rev);
+    x->sev = calloc(slots, sizeof *x->sev);
+    if (!x->rev || !x->sev)
+        return rcci_error(RCC_ERR_NO_MEMORY, "event table");
+    for (size_t i = 0; i < slots && res == RCC_SUCCESS; i++) {
+        res = dev->event_create(&x->rev[i]);
+        if (res == RCC_SUCCESS)
+            res = dev->event_create(&x->sev[i]);
+    }
+    return res;
+}
+
+/* An event of a step with data: ready (1) or not yet (0). */
+static rcc_result_t dev_ready(rcci_exec_t *x, void *event, size_t count, int *ready)
+{
+    *ready = 1;
+    return count > 0 ? x->dev->event_query(event, ready) : RCC_SUCCESS;
+}
+
+static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int *progressed)
+{
+    const rcci_link_t *rl = &comm->recv_link;
+    size_t slots = (size_t)comm->slots, esize = x->sched.esize;
+    const rcci_op_t *op = x->op;
+    rcc_result_t res;
+    while (x->recv_done < x->recv_landed) { /* device work finished */
+        rcci_recv_step_t step;
+        int ready;
+        rcci_schedule_recv(&x->sched, x->recv_done, &step);
+        res = dev_ready(x, x->rev[x->recv_done % slots], step.count, &ready);
+        if (res != RCC_SUCCESS)
+            return pipe_fail(comm, x, res, x->recv_done, 0);
+        if (!ready)
+            break;
+        x->recv_done++;
+        *progressed = 1;
+    }
+    while (x->recv_landed < x->recv_posted) { /* arrived: queue the device work */
+        rcci_recv_step_t step;
+        rcci_schedule_recv(&x->sched, x->recv_landed, &step);
+        if (step.guard >= 0 && (size_t)step.guard >= x->send_done)
+            break; /* the output area is still being sent from */
+        rcci_request_t **req = &x->rreq[x->recv_landed % slots];
+        if (*req) {
+            int complete;
+            res = rl->tr->test(*req, &complete);
+            if (res != RCC_SUCCESS) {
+                *req = NULL;
+                return pipe_fail(comm, x, res, x->recv_landed, 0);
+            }
+            if (!complete)
+                break;
+            *req = NULL;
+        }
+        if (step.count > 0) {
+            char *slot = x->pin_recv + (x->recv_landed % slots) * comm->chunk_bytes;
+            res = step.local ? x->dev->reduce(step.out, step.local, slot, step.count, op->dtype,
+                                              op->redop, step.divisor, x->dstream)
+                             : x->dev->copy(step.dst, slot, step.count * esize, x->dstream);
+            if (res == RCC_SUCCESS)
+                res = x->dev->event_record(x->rev[x->recv_landed % slots], x->dstream);
+            if (res != RCC_SUCCESS)
+                return pipe_fail(comm, x, res, x->recv_landed, 0);
+        }
+        x->recv_landed++;
+        *progressed = 1;
+    }
+    while (x->recv_posted < x->sched.nrecv && x->recv_posted < x->recv_done + slots) {
+        rcci_recv_step_t step;
+        rcci_schedule_recv(&x->sched, x->recv_posted, &step);
+        if (step.count > 0) {
+            res = rl->tr->irecv(rl->conns[x->recv_posted % x->nconns],
+                                x->pin_recv + (x->recv_posted % slots) * comm->chunk_bytes,
+                                step.count * esize, &x->tag, NULL,
+                                &x->rreq[x->recv_posted % slots]);
+            if (res != RCC_SUCCESS)
+                return pipe_fail(comm, x, res, x->recv_posted, 0);
+        }
+        x->recv_posted++;
+        *progressed = 1;
+    }
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t pipe_sends_device(struct rcc_comm *comm, rcci_exec_t *x, int *progressed)
+{
+    const rcci_link_t *sl = &comm->send_link;
+    size_t slots = (size_t)comm->slots, esize = x->sched.esize;
+    rcc_result_t res = pipe_reap(comm, x, 1, progressed); /* send_done up to send_posted */
+    if (res != RCC_SUCCESS)
+        return res;
+    while (x->send_posted < x->send_staged) { /* in its slot: onto the wire */
+        rcci_send_step_t step;
+        int ready;
+        rcci_schedule_send(&x->sched, x->send_posted, &step);
+        size_t k = x->send_posted % slots;
+        res = dev_ready(x, x->sev[k], step.count, &ready);
+        if (res == RCC_SUCCESS && ready && step.count > 0)
+            res = sl->tr->isend(sl->conns[x->send_posted % x->nconns],
+                                x->pin_send + k * comm->chunk_bytes, step.count * esize, &x->tag,
+                                NULL, &x->sreq[k]);
+        if (res != RCC_SUCCESS)
+            return pipe_fail(comm, x, res, x->send_posted, 1);
+        if (!ready)
+            break;
+        x->send_posted++;
+        *progressed = 1;
+    }
+    while (x->send_staged < x->sched.nsend && x->send_staged < x->send_done + slots) {
+        rcci_send_step_t step;
+        rcci_schedule_send(&x->sched, x->send_staged, &step);
+        if (step.dep >= 0 && (size_t)step.dep >= x->recv_done)
+            break; /* what it forwards has not been reduced yet */
+        if (step.count > 0) {
+            size_t k = x->send_staged % slots;
+            res = x->dev->copy(x->pin_send + k * comm->chunk_bytes, step.src, step.count * esize,
+                               x->dstream);
+            if (res == RCC_SUCCESS)
+                res = x->dev->event_record(x->sev[k], x->dstream);
+            if (res != RCC_SUCCESS)
+                return pipe_fail(comm, x, res, x->send_staged, 1);
+        }
+        x->send_staged++;
+        *progressed = 1;
+    }
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t pipe_advance_device(struct rcc_comm *comm, rcci_exec_t *x, int *progressed)
+{
+    if (!x->local_done) {
+        char *dst;
+        const char *src;
+        size_t bytes;
+        if (rcci_schedule_local_copy(&x->sched, &dst, &src, &bytes)) {
+            rcc_result_t res = x->dev->copy(dst, src, bytes, x->dstream);
+            if (res != RCC_SUCCESS)
+                return res;
+        }
+        x->local_done = *progressed = 1;
+    }
+    rcc_result_t res = pipe_recvs_device(comm, x, progressed);
+    if (res == RCC_SUCCESS)
+        res = pipe_sends_device(comm, x, progressed);
+    if (x->recv_landed > x->recv_done || x->send_staged > x->send_posted)
+        comm->poll_ms = 1; /* the GPU's progress: epoll cannot see it */
+    return res;
+}
+
+/* ---- both ------------------------------------------------------------------ */
+
 rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progressed, int *done)
 {
     const rcci_link_t *sl = &comm->send_link, *rl = &comm->recv_link;
     size_t slots = (size_t)comm->slots, esize = x->sched.esize;
     rcc_result_t res;
     *progressed = *done = 0;
+    if (x->dev) {
+        res = pipe_advance_device(comm, x, progressed);
+        if (res != RCC_SUCCESS)
+            return res;
+        goto check;
+    }
     if (!x->local_done) {
         rcci_schedule_local(&x->sched);
         x->local_done = *progressed = 1;
@@ -215,6 +416,7 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progr
         x->send_posted++;
         *progressed = 1;
     }
+check:;
     int64_t now = rcci_now_ns();
     if (*progressed)
         x->last_progress_ns = now;
@@ -248,6 +450,14 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
             comm->recv_link.tr->test(x->rreq[i], &complete);
     }
     rcci_tls_error_set(error);
+    for (int i = 0; x->dev && i < comm->slots; i++) {
+        if (x->rev && x->rev[i])
+            x->dev->event_destroy(x->rev[i]);
+        if (x->sev && x->sev[i])
+            x->dev->event_destroy(x->sev[i]);
+    }
+    free(x->rev);
+    free(x->sev);
     free(x->sreq);
     free(x->rreq);
     free(x);

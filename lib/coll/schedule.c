@@ -47,32 +47,36 @@ void rcci_schedule_init(rcci_schedule_t *s)
     s->nrecv = s->chain_pos > 0 ? s->nchunks : 0;
 }
 
-void rcci_schedule_local(const rcci_schedule_t *s)
+int rcci_schedule_local_copy(const rcci_schedule_t *s, char **dst, const char **src,
+                             size_t *bytes)
 {
-    size_t bytes = s->count * s->esize;
+    *bytes = s->count * s->esize;
+    *dst = NULL, *src = s->sendbuf;
     switch (s->coll) {
     case RCCI_COLL_ALLREDUCE:
     case RCCI_COLL_REDUCE_SCATTER:
-        if (s->nranks == 1 && s->recvbuf != s->sendbuf)
-            memcpy(s->recvbuf, s->sendbuf, bytes); /* AVG over one rank divides by 1 */
+    case RCCI_COLL_REDUCE: /* one rank: AVG over one rank divides by 1 */
+        if (s->nranks == 1)
+            *dst = s->recvbuf;
         break;
-    case RCCI_COLL_ALLGATHER: {
-        char *own = s->recvbuf + (size_t)s->rank * bytes;
-        if (own != s->sendbuf)
-            memcpy(own, s->sendbuf, bytes);
-        break;
-    }
+    case RCCI_COLL_ALLGATHER: *dst = s->recvbuf + (size_t)s->rank * *bytes; break;
     case RCCI_COLL_BROADCAST:
-        if (s->rank == s->root && s->recvbuf != s->sendbuf)
-            memcpy(s->recvbuf, s->sendbuf, bytes);
-        break;
-    case RCCI_COLL_REDUCE:
-        if (s->nranks == 1 && s->recvbuf != s->sendbuf)
-            memcpy(s->recvbuf, s->sendbuf, bytes);
+        if (s->rank == s->root)
+            *dst = s->recvbuf;
         break;
     case RCCI_COLL_BARRIER:
     case RCCI_COLL_P2P: break;
     }
+    return *dst && *dst != *src && *bytes > 0;
+}
+
+void rcci_schedule_local(const rcci_schedule_t *s)
+{
+    char *dst;
+    const char *src;
+    size_t bytes;
+    if (rcci_schedule_local_copy(s, &dst, &src, &bytes))
+        memcpy(dst, src, bytes);
 }
 
 /* Where in the scratch pair a ring item's chunk lives: segments are

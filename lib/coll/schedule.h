@@ -82,6 +82,9 @@ void rcci_schedule_init(rcci_schedule_t *s);
 /* Work done before any message: copying this rank's own part where the
  * collective is out of place, and the whole job on one rank. */
 void rcci_schedule_local(const rcci_schedule_t *s);
+/* That work as one copy: non-zero when `bytes` must go from src to dst. */
+int rcci_schedule_local_copy(const rcci_schedule_t *s, char **dst, const char **src,
+                             size_t *bytes);
 void rcci_schedule_send(const rcci_schedule_t *s, size_t item, rcci_send_step_t *out);
 void rcci_schedule_recv(const rcci_schedule_t *s, size_t item, rcci_recv_step_t *out);
 

@@ -3,15 +3,17 @@
 #
 # For the GPU machine (meson, ninja, nvcc, gcc and python3; no Check, no libibverbs-dev): builds
 # ringcc with CUDA in a fresh build folder (build-gpu, at the repository root), runs the test
-# suite 'gpu', bench ringcc-kernperf and PyTorch through the NCCL shim, and writes the logs into
-# OUTDIR:
+# suite 'gpu' (kernels; stream forms with 1-4 ranks on the GPU), bench ringcc-kernperf, bench
+# ringcc-streamperf and PyTorch through the NCCL shim, and writes the logs into OUTDIR:
 #   setup.log build.log        meson setup and ninja
 #   gpu-tests.log testlog.txt  meson test --suite gpu (console, and meson's full log)
 #   kernperf.txt               ringcc-kernperf (kernel GB/s beside cudaMemcpy D2D GB/s)
+#   streamperf-N.txt           ringcc-streamperf on N = 2 and 4 ranks sharing the GPU: allreduce
+#                              of device buffers on a stream beside host buffers, over TCP
 #   shim-torch.log             tests/shim/run-torch.sh (skipped where python3 has no CUDA torch)
 #   summary.txt                what is printed at the end
 # Every stage has its own time limit; together they stay under 8 minutes (the PyTorch stage,
-# last, typically takes 2 of them; its limit is 4, so a slow machine loses only it). The Check
+# last, typically takes 1 of them; its limit is 3, so a slow machine loses only it). The Check
 # suites are left out (-Dcheck=disabled): Check is not installed there. Exit status 0 when
 # every stage passed (a test that skipped, e.g. without a device, counts as passed; the summary
 # says so).
@@ -19,7 +21,7 @@
 set -u
 
 if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 mkdir -p "$1" || exit 2
@@ -64,16 +66,23 @@ if ! stage build 240 "$out/build.log" ninja -C "$build" -j "$jobs"; then
     grep -m 20 -B 2 -A 10 'FAILED' "$out/build.log"
     exit 1
 fi
-stage gpu-tests 180 "$out/gpu-tests.log" \
+stage gpu-tests 240 "$out/gpu-tests.log" \
     meson test -C "$build" --no-rebuild --suite gpu --print-errorlogs || status=1
 cp "$build/meson-logs/testlog.txt" "$out/testlog.txt" 2>/dev/null
 stage kernperf 120 "$out/kernperf.txt" "$build/bench/ringcc-kernperf"
 rc=$?
 [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1 # 77: skipped (no device), the reason in the log
+
+for n in 2 4; do
+    stage "streamperf-$n" 120 "$out/streamperf-$n.txt" \
+        "$build/tools/ringcc-run" -n "$n" "$build/bench/ringcc-streamperf" -b 1M -e 64M -f 4 -r 3
+    rc=$?
+    [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
+done
 # torch.distributed (backend nccl) with 2 and 4 processes on GPU 0 through the preloaded shim:
-# every collective, then DDP against single-process training; 100 s at most per run.
-stage shim-torch 240 "$out/shim-torch.log" \
-    env RCC_TORCH_TIMEOUT=100 "$root/tests/shim/run-torch.sh" "$build"
+# every collective, then DDP against single-process training; 80 s at most per run.
+stage shim-torch 180 "$out/shim-torch.log" \
+    env RCC_TORCH_TIMEOUT=80 "$root/tests/shim/run-torch.sh" "$build"
 rc=$?
 [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1 # 77: no torch with CUDA, the reason in the log
 
@@ -83,6 +92,10 @@ rc=$?
     grep -h -E '^(SKIP:|FAIL |[0-9]+ passed, [0-9]+ failed)' "$out/testlog.txt" | head -n 20
     echo "--- ringcc-kernperf"
     cat "$out/kernperf.txt"
+    for n in 2 4; do
+        echo "--- ringcc-streamperf, $n ranks on one GPU"
+        cat "$out/streamperf-$n.txt"
+    done
     echo "--- PyTorch through the NCCL shim"
     grep -E '^(ok|FAIL|SKIP|collectives:|ddp:|  skipped:)' "$out/shim-torch.log"
 } | tee -a "$out/summary.txt"

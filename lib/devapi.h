@@ -1,0 +1,70 @@
+/*
+ * What the stream path (stream.c) asks of a GPU, as a table of functions:
+ * CUDA's in a build with CUDA (lib/cuda/devapi_cuda.c), or a test's stand-in
+ * (tests/mp/fakedev.c runs the whole stream path on a machine without a GPU,
+ * with streams as threads). No CUDA type appears here: a stream or an event
+ * is a void *.
+ *
+ * Every function returns RCC_SUCCESS or an error with its text set
+ * (rcci_error). "Enqueue" functions only queue work on the stream and return.
+ */
+#ifndef RINGCC_DEVAPI_H
+#define RINGCC_DEVAPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringcc.h"
+
+typedef struct rcci_devapi {
+    const char *name;
+    /* Number of usable devices; 0 with the reason in why[size] when none. */
+    int (*device_count)(char *why, size_t size);
+    /* 1 when p is device memory (staged through host memory to go over a
+     * host transport), 0 for host memory of any kind. */
+    int (*is_device)(const void *p);
+    /* The calling thread's current device, and making it another thread's
+     * (the progress thread works on the device of the thread that made the
+     * communicator's stream state). */
+    int (*current_device)(void);
+    rcc_result_t (*use_device)(int device);
+    /* Host memory the device can read and write (pinned, mapped), zeroed. */
+    rcc_result_t (*host_alloc)(void **p, size_t bytes);
+    void (*host_free)(void *p);
+    /* Enqueue: device memory (stream-ordered: usable by work queued on
+     * `stream` after the call; freed after the work queued before the free),
+     * so that no call synchronises the device. */
+    rcc_result_t (*dev_alloc)(void **p, size_t bytes, void *stream);
+    void (*dev_free)(void *p, void *stream);
+    /* A stream of the library's own (non-blocking with respect to the
+     * legacy default stream), and an event. */
+    rcc_result_t (*stream_create)(void **stream);
+    void (*stream_destroy)(void *stream);
+    rcc_result_t (*event_create)(void **event);
+    void (*event_destroy)(void *event);
+    /* Enqueue: copy of n bytes in any direction. */
+    rcc_result_t (*copy)(void *dst, const void *src, size_t n, void *stream);
+    /* Enqueue: dst[i] = a[i] op b[i], i < n, with rcci_reduce's semantics
+     * (lib/reduce.h; AVG divides by `divisor` when it is above 1). Any of
+     * the pointers may be host_alloc memory. */
+    rcc_result_t (*reduce)(void *dst, const void *a, const void *b, size_t n,
+                           rcc_datatype_t dtype, rcc_redop_t op, int divisor, void *stream);
+    /* Enqueue: `event` completes when the stream's work so far is done. */
+    rcc_result_t (*event_record)(void *event, void *stream);
+    /* Never blocks: 1 done, 0 not yet; an error when the device failed. */
+    rcc_result_t (*event_query)(void *event, int *done);
+    /* Enqueue: *flag = value once the stream's earlier work is done (flag in
+     * host_alloc memory). */
+    rcc_result_t (*write_flag)(void *stream, volatile uint32_t *flag, uint32_t value);
+    /* Enqueue: later work on the stream waits until (int32_t)(*flag - value)
+     * >= 0 (the host stores the flag). */
+    rcc_result_t (*wait_flag)(void *stream, volatile uint32_t *flag, uint32_t value);
+} rcci_devapi_t;
+
+/* The table in use: one set by rcci_devapi_set, else CUDA's in a build with
+ * CUDA, else NULL. */
+const rcci_devapi_t *rcci_devapi(void);
+/* For tests: use `api` from now on (before the first stream call). */
+void rcci_devapi_set(const rcci_devapi_t *api);
+
+#endif /* RINGCC_DEVAPI_H */

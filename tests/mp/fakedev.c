@@ -1,0 +1,333 @@
+#include "fakedev.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "devapi.h"
+#include "err.h"
+#include "reduce.h"
+
+/* ---- device memory: ranges this module handed out ------------------------- */
+
+#define FAKE_MAX_ALLOCS 256
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char *p;
+    size_t bytes;
+} allocs[FAKE_MAX_ALLOCS];
+
+void *fakedev_malloc(size_t bytes)
+{
+    char *p = calloc(1, bytes ? bytes : 1);
+    if (!p)
+        abort();
+    pthread_mutex_lock(&mem_lock);
+    int i = 0;
+    while (i < FAKE_MAX_ALLOCS && allocs[i].p)
+        i++;
+    if (i == FAKE_MAX_ALLOCS)
+        abort();
+    allocs[i].p = p, allocs[i].bytes = bytes ? bytes : 1;
+    pthread_mutex_unlock(&mem_lock);
+    return p;
+}
+
+void fakedev_free(void *p)
+{
+    pthread_mutex_lock(&mem_lock);
+    for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+        if (allocs[i].p == p)
+            allocs[i].p = NULL;
+    pthread_mutex_unlock(&mem_lock);
+    free(p);
+}
+
+static int fake_is_device(const void *p)
+{
+    int found = 0;
+    pthread_mutex_lock(&mem_lock);
+    for (int i = 0; i < FAKE_MAX_ALLOCS && !found; i++)
+        found = allocs[i].p && (const char *)p >= allocs[i].p &&
+                (const char *)p < allocs[i].p + allocs[i].bytes;
+    pthread_mutex_unlock(&mem_lock);
+    return found;
+}
+
+/* ---- streams: a thread each, running its queue in order ------------------- */
+
+typedef enum { ITEM_COPY, ITEM_REDUCE, ITEM_WRITE, ITEM_WAIT, ITEM_EVENT, ITEM_FN } item_kind_t;
+
+typedef struct item {
+    struct item *next;
+    item_kind_t kind;
+    void *dst;
+    const void *src;
+    size_t n;
+    volatile uint32_t *flag;
+    uint32_t value;
+    atomic_uint_fast64_t *event_done;
+    uint64_t event_seq;
+    void (*fn)(void *);
+    void *arg;
+    const void *src2; /* reduce: dst = src op src2 */
+    rcc_datatype_t dtype;
+    rcc_redop_t op;
+    int divisor;
+} item_t;
+
+typedef struct {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    item_t *head, *tail;
+    uint64_t queued, ran; /* items */
+    int stop;
+    unsigned seed;
+} fake_stream_t;
+
+typedef struct {
+    atomic_uint_fast64_t done; /* the last record that has run */
+    uint64_t recorded;
+} fake_event_t;
+
+static void sleep_us(long us) { nanosleep(&(struct timespec){0, us * 1000}, NULL); }
+
+static void item_run(fake_stream_t *s, item_t *it)
+{
+    sleep_us(rand_r(&s->seed) % (FAKEDEV_JITTER_US + 1));
+    switch (it->kind) {
+    case ITEM_COPY: memmove(it->dst, it->src, it->n); break;
+    case ITEM_REDUCE:
+        rcci_reduce(it->dst, it->src, it->src2, it->n, it->dtype, it->op, it->divisor);
+        break;
+    case ITEM_WRITE: __atomic_store_n(it->flag, it->value, __ATOMIC_RELEASE); break;
+    case ITEM_WAIT:
+        while ((int32_t)(__atomic_load_n(it->flag, __ATOMIC_ACQUIRE) - it->value) < 0)
+            sleep_us(20);
+        break;
+    case ITEM_EVENT: atomic_store(it->event_done, it->event_seq); break;
+    case ITEM_FN: it->fn(it->arg); break;
+    }
+}
+
+static void *stream_main(void *arg)
+{
+    fake_stream_t *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->head && !s->stop)
+            pthread_cond_wait(&s->cond, &s->lock);
+        if (!s->head)
+            break;
+        item_t *it = s->head;
+        s->head = it->next;
+        if (!s->head)
+            s->tail = NULL;
+        pthread_mutex_unlock(&s->lock);
+        item_run(s, it);
+        free(it);
+        pthread_mutex_lock(&s->lock);
+        s->ran++;
+        pthread_cond_broadcast(&s->cond);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+static void stream_push(void *stream, item_t tmpl)
+{
+    fake_stream_t *s = stream;
+    item_t *it = malloc(sizeof *it);
+    if (!it)
+        abort();
+    *it = tmpl;
+    it->next = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->tail)
+        s->tail->next = it;
+    else
+        s->head = it;
+    s->tail = it;
+    s->queued++;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void *fakedev_stream_create(void)
+{
+    fake_stream_t *s = calloc(1, sizeof *s);
+    if (!s)
+        abort();
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    s->seed = (unsigned)(uintptr_t)s ^ (unsigned)time(NULL);
+    if (pthread_create(&s->thread, NULL, stream_main, s) != 0)
+        abort();
+    return s;
+}
+
+void fakedev_stream_destroy(void *stream)
+{
+    fake_stream_t *s = stream;
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    free(s);
+}
+
+void fakedev_launch(void *stream, void (*fn)(void *), void *arg)
+{
+    stream_push(stream, (item_t){.kind = ITEM_FN, .fn = fn, .arg = arg});
+}
+
+int fakedev_stream_sync(void *stream, double timeout_s)
+{
+    fake_stream_t *s = stream;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)timeout_s;
+    int rc = 0;
+    pthread_mutex_lock(&s->lock);
+    uint64_t target = s->queued;
+    while (s->ran < target && rc == 0)
+        if (pthread_cond_timedwait(&s->cond, &s->lock, &deadline) != 0)
+            rc = -1;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+static int fake_device_count(char *why, size_t size)
+{
+    (void)why, (void)size;
+    return 1;
+}
+
+static int fake_current_device(void) { return 0; }
+
+static rcc_result_t fake_use_device(int device)
+{
+    return device == 0 ? RCC_SUCCESS : rcci_error(RCC_ERR_CUDA, "fake device %d", device);
+}
+
+static rcc_result_t fake_host_alloc(void **p, size_t bytes)
+{
+    *p = calloc(1, bytes ? bytes : 1);
+    return *p ? RCC_SUCCESS : rcci_error(RCC_ERR_NO_MEMORY, "fake pinned memory");
+}
+
+static void fake_host_free(void *p) { free(p); }
+
+/* Stream order does not matter here: the memory exists at once and is
+ * freed only after the stream has run what was queued before the free. */
+static rcc_result_t fake_dev_alloc(void **p, size_t bytes, void *stream)
+{
+    (void)stream;
+    *p = fakedev_malloc(bytes);
+    return RCC_SUCCESS;
+}
+
+static void fake_dev_free(void *p, void *stream)
+{
+    fakedev_stream_sync(stream, 60);
+    fakedev_free(p);
+}
+
+static rcc_result_t fake_stream_create(void **stream)
+{
+    *stream = fakedev_stream_create();
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t fake_event_create(void **event)
+{
+    fake_event_t *e = calloc(1, sizeof *e);
+    *event = e;
+    return e ? RCC_SUCCESS : rcci_error(RCC_ERR_NO_MEMORY, "fake event");
+}
+
+static void fake_event_destroy(void *event) { free(event); }
+
+static rcc_result_t fake_copy(void *dst, const void *src, size_t n, void *stream)
+{
+    stream_push(stream, (item_t){.kind = ITEM_COPY, .dst = dst, .src = src, .n = n});
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t fake_reduce(void *dst, const void *a, const void *b, size_t n,
+                               rcc_datatype_t dtype, rcc_redop_t op, int divisor, void *stream)
+{
+    stream_push(stream, (item_t){.kind = ITEM_REDUCE,
+                                 .dst = dst,
+                                 .src = a,
+                                 .src2 = b,
+                                 .n = n,
+                                 .dtype = dtype,
+                                 .op = op,
+                                 .divisor = divisor});
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t fake_event_record(void *event, void *stream)
+{
+    fake_event_t *e = event;
+    e->recorded++;
+    stream_push(stream,
+                (item_t){.kind = ITEM_EVENT, .event_done = &e->done, .event_seq = e->recorded});
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t fake_event_query(void *event, int *done)
+{
+    fake_event_t *e = event;
+    *done = atomic_load(&e->done) >= e->recorded;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t fake_write_flag(void *stream, volatile uint32_t *flag, uint32_t value)
+{
+    stream_push(stream, (item_t){.kind = ITEM_WRITE, .flag = flag, .value = value});
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t fake_wait_flag(void *stream, volatile uint32_t *flag, uint32_t value)
+{
+    stream_push(stream, (item_t){.kind = ITEM_WAIT, .flag = flag, .value = value});
+    return RCC_SUCCESS;
+}
+
+static const rcci_devapi_t fake_api = {
+    .name = "fake",
+    .device_count = fake_device_count,
+    .is_device = fake_is_device,
+    .current_device = fake_current_device,
+    .use_device = fake_use_device,
+    .host_alloc = fake_host_alloc,
+    .host_free = fake_host_free,
+    .dev_alloc = fake_dev_alloc,
+    .dev_free = fake_dev_free,
+    .stream_create = fake_stream_create,
+    .stream_destroy = fakedev_stream_destroy,
+    .event_create = fake_event_create,
+    .event_destroy = fake_event_destroy,
+    .copy = fake_copy,
+    .reduce = fake_reduce,
+    .event_record = fake_event_record,
+    .event_query = fake_event_query,
+    .write_flag = fake_write_flag,
+    .wait_flag = fake_wait_flag,
+};
+
+void fakedev_install(void) { rcci_devapi_set(&fake_api); }

@@ -1,0 +1,28 @@
+/*
+ * A stand-in GPU for testing the stream path without one (lib/devapi.h):
+ * "device memory" is host memory this module hands out and recognises;
+ * each stream is a thread that runs its queue in order (copies, flag writes,
+ * flag waits, events, and test "kernels"), each item after a random delay
+ * of up to FAKEDEV_JITTER_US so that work that is not ordered shows up as
+ * wrong results.
+ */
+#ifndef RINGCC_TEST_FAKEDEV_H
+#define RINGCC_TEST_FAKEDEV_H
+
+#include <stddef.h>
+
+#define FAKEDEV_JITTER_US 100
+
+/* Makes the library use the fake device (before the first stream call). */
+void fakedev_install(void);
+void *fakedev_malloc(size_t bytes); /* zeroed "device memory"; aborts if out of memory */
+void fakedev_free(void *p);
+void *fakedev_stream_create(void);
+void fakedev_stream_destroy(void *stream);
+/* Enqueue: fn(arg) runs on the stream in order (a kernel). */
+void fakedev_launch(void *stream, void (*fn)(void *), void *arg);
+/* Waits until everything queued on the stream so far has run; 0, or -1
+ * when that took longer than timeout_s (the stream is stuck). */
+int fakedev_stream_sync(void *stream, double timeout_s);
+
+#endif /* RINGCC_TEST_FAKEDEV_H */

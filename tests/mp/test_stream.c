@@ -1,0 +1,280 @@
+/*
+ * The stream path (rcc_<name>_stream) end to end on a stand-in GPU
+ * (fakedev.c): buffers in "device memory", a "kernel" before each call that
+ * writes the input late, a "kernel" after it that snapshots the output, and
+ * one synchronisation at the end. Right results prove that the operation
+ * waited for the stream's earlier work and that later work waited for it;
+ * the call must also return before the late input was written (it never
+ * waits for the GPU). A run of the same test on a real GPU is
+ * tests/gpu/test_stream_gpu (issue 6).
+ */
+#include <check.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../check_main.h"
+#include "fakedev.h"
+#include "mp.h"
+#include "streamcase.h"
+#include "testdata.h"
+
+/* A "kernel" that copies n bytes. With `gated`, it first waits until the
+ * test opens its gate, which the test does once the collective call has
+ * returned: a call that waited for the stream would make the kernel give
+ * up waiting (after 10 s), which the test sees. */
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t n;
+    int gated;
+    atomic_int gate, gave_up;
+} kcopy_t;
+
+static void kern_copy(void *arg)
+{
+    kcopy_t *k = arg;
+    for (int i = 0; k->gated && !atomic_load(&k->gate); i++) {
+        if (i == 10000) {
+            atomic_store(&k->gave_up, 1);
+            break;
+        }
+        nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    }
+    memcpy(k->dst, k->src, k->n);
+}
+
+/* Runs one case; 0 when right, 1 when wrong (printed), -1 when the call or
+ * the stream failed. */
+static int scase_run(const scase_t *c, rcc_comm_t comm, void *stream, int rank, int n)
+{
+    size_t es = rcc_datatype_size(c->dt), send_elems, recv_elems, big;
+    scase_sizes(c, n, &send_elems, &recv_elems, &big);
+    char *in = malloc(send_elems * es), *want = malloc(recv_elems * es);
+    char *got = malloc(recv_elems * es);
+    scase_expect(c, rank, n, in, want);
+    /* Buffers: one area when in place, else two. */
+    char *area = c->device ? fakedev_malloc(big) : calloc(1, big);
+    char *area2 = c->inplace ? NULL : c->device ? fakedev_malloc(big) : calloc(1, big);
+    char *sendbuf, *recvbuf;
+    scase_layout(c, rank, area, area2, &sendbuf, &recvbuf);
+    memset(recvbuf, TD_UNWRITTEN, recv_elems * es);
+    kcopy_t fill = {sendbuf, in, send_elems * es, 1, 0, 0};
+    kcopy_t snap = {got, recvbuf, recv_elems * es, 0, 0, 0};
+    fakedev_launch(stream, kern_copy, &fill);
+    rcc_result_t res = scase_call(c, sendbuf, recvbuf, comm, stream);
+    atomic_store(&fill.gate, 1);
+    fakedev_launch(stream, kern_copy, &snap);
+    int stuck = fakedev_stream_sync(stream, 60);
+    int bad = 0;
+    char what[200];
+    scase_text(c, rank, n, what, sizeof what);
+    if (res != RCC_SUCCESS) {
+        fprintf(stderr, "%s: %s: %s\n", what, rcc_result_name(res), rcc_last_error(comm));
+        bad = -1;
+    } else if (stuck) {
+        fprintf(stderr, "%s: the stream did not get past the operation in 60 s\n", what);
+        bad = -1;
+    } else if (atomic_load(&fill.gave_up)) {
+        fprintf(stderr, "%s: the call returned only after the stream's earlier work ran\n", what);
+        bad = 1;
+    } else if (scase_has_result(c, rank)) {
+        bad = td_compare(what, got, want, recv_elems, c->dt);
+    }
+    rcc_result_t async = RCC_SUCCESS;
+    if (bad == 0 && (rcc_comm_get_async_error(comm, &async) != RCC_SUCCESS || async)) {
+        fprintf(stderr, "%s: the communicator reports %s: %s\n", what, rcc_result_name(async),
+                rcc_last_error(comm));
+        bad = -1;
+    }
+    if (c->device) {
+        fakedev_free(area);
+        if (area2)
+            fakedev_free(area2);
+    } else {
+        free(area);
+        free(area2);
+    }
+    free(in), free(want), free(got);
+    return bad;
+}
+
+static const rcc_datatype_t stream_dtypes[] = {RCC_FLOAT32, RCC_FLOAT16, RCC_INT64,
+                                               RCC_BFLOAT16, RCC_UINT8, RCC_FLOAT64};
+static const size_t stream_counts[] = {1, 1001, 65537};
+
+static int rank_collectives(int rank, int n, void *arg)
+{
+    (void)arg;
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(60000);
+    void *stream = fakedev_stream_create();
+    int bad = 0;
+    unsigned seed = 1;
+    for (int kind = 0; kind < K_NKINDS; kind++)
+        for (size_t d = 0; d < sizeof stream_dtypes / sizeof *stream_dtypes; d++)
+            for (size_t ci = 0; ci < sizeof stream_counts / sizeof *stream_counts; ci++) {
+                scase_t c = {.kind = kind,
+                             .dt = stream_dtypes[d],
+                             .op = (rcc_redop_t)((d + ci) % RCC_NUM_OPS),
+                             .count = stream_counts[ci],
+                             .inplace = (int)((d + ci + (size_t)kind) % 2),
+                             .root = (int)(seed % (unsigned)n),
+                             .device = (d + ci) % 4 != 3, /* host memory on a stream too */
+                             .seed = seed++};
+                int r = scase_run(&c, comm, stream, rank, n);
+                if (r < 0)
+                    return 1;
+                bad |= r;
+            }
+    /* Large enough for the ring on every rank count: chunk by chunk through
+     * pinned slots, reduced on the device (coll/pipeline.c's device mode). */
+    for (int kind = 0; kind < K_NKINDS; kind++)
+        for (int v = 0; v < 4; v++) {
+            int per_rank = kind == K_ALLGATHER || kind == K_REDUCE_SCATTER;
+            scase_t c = {.kind = kind,
+                         .dt = v < 2 ? RCC_FLOAT32 : RCC_BFLOAT16,
+                         .op = v % 2 ? RCC_AVG : RCC_SUM,
+                         .count = per_rank ? 150001 : 600001,
+                         .inplace = v % 2,
+                         .root = (int)(seed % (unsigned)n),
+                         .device = 1,
+                         .seed = seed++};
+            int r = scase_run(&c, comm, stream, rank, n);
+            if (r < 0)
+                return 1;
+            bad |= r;
+        }
+    fakedev_stream_destroy(stream);
+    /* Nobody leaves (which its peers' health probes would see) before all
+     * have looked at the communicator's health. */
+    rcc_result_t res = rcc_barrier(comm);
+    if (res != RCC_SUCCESS)
+        MP_FAIL("rank %d: the closing barrier: %s: %s", rank, rcc_result_name(res),
+                rcc_last_error(comm));
+    return td_finish(comm, bad);
+}
+
+START_TEST(collectives_on_a_stream)
+{
+    ck_assert_int_eq(mp_run(_i, rank_collectives, NULL, 300), 0);
+}
+END_TEST
+
+/* ---- send/recv and alltoall on a stream -------------------------------------- */
+
+static int rank_p2p(int rank, int n, void *arg)
+{
+    (void)arg;
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(60000);
+    void *stream = fakedev_stream_create();
+    const size_t count = 4099;
+    size_t bytes = count * sizeof(int32_t), all = bytes * (size_t)n;
+    int32_t *in = malloc(all), *got = malloc(all), *want = malloc(all);
+    char *dsend = fakedev_malloc(all), *drecv = fakedev_malloc(all);
+    int bad = 0;
+    /* A ring exchange in a group: to rank+1, from rank-1, both on the stream. */
+    for (size_t i = 0; i < count; i++)
+        in[i] = (int32_t)(rank * 100000 + (int)i);
+    kcopy_t fill = {dsend, in, bytes, 1, 0, 0}, snap = {got, drecv, bytes, 0, 0, 0};
+    fakedev_launch(stream, kern_copy, &fill);
+    rcc_group_start();
+    rcc_result_t r1 = rcc_send_stream(dsend, count, RCC_INT32, (rank + 1) % n, comm, stream);
+    rcc_result_t r2 = rcc_recv_stream(drecv, count, RCC_INT32, (rank + n - 1) % n, comm, stream);
+    rcc_result_t r3 = rcc_group_end();
+    atomic_store(&fill.gate, 1);
+    fakedev_launch(stream, kern_copy, &snap);
+    if (r1 || r2 || r3 || fakedev_stream_sync(stream, 60))
+        MP_FAIL("rank %d: send/recv on a stream: %s %s %s: %s", rank, rcc_result_name(r1),
+                rcc_result_name(r2), rcc_result_name(r3), rcc_last_error(NULL));
+    int from = (rank + n - 1) % n;
+    for (size_t i = 0; i < count; i++)
+        if (got[i] != from * 100000 + (int)i) {
+            fprintf(stderr, "rank %d: element %zu from rank %d is %d\n", rank, i, from,
+                    (int)got[i]);
+            bad = 1;
+            break;
+        }
+    if (atomic_load(&fill.gave_up))
+        MP_FAIL("rank %d: rcc_group_end waited for the stream's earlier work", rank);
+    /* Alltoall: block p of rank r's input is r * 1000 + p, repeated. */
+    for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < count; i++) {
+            in[(size_t)p * count + i] = rank * 1000 + p + (int32_t)i * 7;
+            want[(size_t)p * count + i] = p * 1000 + rank + (int32_t)i * 7;
+        }
+    kcopy_t fill2 = {dsend, in, all, 0, 0, 0}, snap2 = {got, drecv, all, 0, 0, 0};
+    fakedev_launch(stream, kern_copy, &fill2);
+    rcc_result_t res = rcc_alltoall_stream(dsend, drecv, count, RCC_INT32, comm, stream);
+    fakedev_launch(stream, kern_copy, &snap2);
+    if (res != RCC_SUCCESS || fakedev_stream_sync(stream, 60))
+        MP_FAIL("rank %d: alltoall on a stream: %s: %s", rank, rcc_result_name(res),
+                rcc_last_error(comm));
+    bad |= td_compare("alltoall on a stream", (char *)got, (char *)want, count * (size_t)n,
+                      RCC_INT32);
+    fakedev_free(dsend), fakedev_free(drecv);
+    free(in), free(got), free(want);
+    fakedev_stream_destroy(stream);
+    return td_finish(comm, bad);
+}
+
+START_TEST(p2p_on_a_stream) { ck_assert_int_eq(mp_run(_i, rank_p2p, NULL, 120), 0); }
+END_TEST
+
+/* ---- a failure releases the stream --------------------------------------------- */
+
+/* Rank 0 queues an allreduce the others never call (they leave); its
+ * stream must still get past the operation, and the communicator must
+ * report the failure. */
+static int rank_failure(int rank, int n, void *arg)
+{
+    (void)arg;
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(3000);
+    if (rank != 0)
+        return td_finish(comm, 0);
+    void *stream = fakedev_stream_create();
+    float *d = fakedev_malloc(1000 * sizeof(float));
+    rcc_result_t res = rcc_allreduce_stream(d, d, 1000, RCC_FLOAT32, RCC_SUM, comm, stream);
+    double t0 = td_now_s();
+    if (res != RCC_SUCCESS)
+        MP_FAIL("the call itself failed: %s: %s", rcc_result_name(res), rcc_last_error(comm));
+    if (fakedev_stream_sync(stream, 20))
+        MP_FAIL("the stream was left waiting for a failed operation");
+    rcc_result_t async = RCC_SUCCESS;
+    rcc_comm_get_async_error(comm, &async);
+    if (async == RCC_SUCCESS)
+        MP_FAIL("%d ranks: the failure is not reported by rcc_comm_get_async_error", n);
+    printf("rank 0: stream released %.3f s after the call; async error %s: %s\n",
+           td_now_s() - t0, rcc_result_name(async), rcc_last_error(comm));
+    res = rcc_allreduce_stream(d, d, 1000, RCC_FLOAT32, RCC_SUM, comm, stream);
+    if (res == RCC_SUCCESS && fakedev_stream_sync(stream, 20))
+        MP_FAIL("a call on the broken communicator left its stream waiting");
+    fakedev_free(d);
+    fakedev_stream_destroy(stream);
+    rcc_comm_destroy(comm);
+    return 0;
+}
+
+START_TEST(failure_releases_the_stream)
+{
+    ck_assert_int_eq(mp_run(_i, rank_failure, NULL, 120), 0);
+}
+END_TEST
+
+static Suite *stream_suite(void)
+{
+    Suite *s = suite_create("mp_stream");
+    TCase *tc = tcase_create("fake_device");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, collectives_on_a_stream, 1, 6);
+    tcase_add_loop_test(tc, p2p_on_a_stream, 1, 6);
+    tcase_add_loop_test(tc, failure_releases_the_stream, 2, 5);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RCC_TEST_MAIN(stream_suite)
