@@ -17,91 +17,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef SHIM_REAL_NCCL_H
-#include <nccl.h>
-/* nccl_device/core.h, which declares it, is C++ only. */
-struct ncclDevCommRequirements;
-struct ncclDevComm;
-ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequirements *reqs,
-                               struct ncclDevComm *outDevComm);
-#else
-#include "nccl_api.h"
-#define NCCL_CONFIG_INITIALIZER                                                                    \
-    {                                                                                              \
-        .size = sizeof(ncclConfig_t), .magic = SHIM_CONFIG_MAGIC,                                  \
-        .version = SHIM_NCCL_VERSION_CODE, .blocking = SHIM_CONFIG_UNDEF_INT                       \
-    }
-#define NCCL_SIM_INFO_INITIALIZER                                                                  \
-    {                                                                                              \
-        sizeof(ncclSimInfo_t), SHIM_SIM_INFO_MAGIC, SHIM_NCCL_VERSION_CODE, -1.0f                  \
-    }
-#define NCCL_SPLIT_NOCOLOR (-1)
-#endif
-
-#include "mp.h"
+#include "shimtest.h"
 #include "testdata.h"
 
 #define TIMEOUT_S 120
 
 /* ---- helpers --------------------------------------------------------------------- */
-
-#define CHECK_NCCL(call)                                                                           \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess)                                                                     \
-            MP_FAIL("%s: %s: %s", #call, ncclGetErrorString(r_), ncclGetLastError(NULL));          \
-    } while (0)
-
-/* A call that must fail with `code` and leave text naming `word` in ncclGetLastError. */
-#define EXPECT_FAIL(call, code, word)                                                              \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != (code))                                                                          \
-            MP_FAIL("%s returned %d, not %s", #call, (int)r_, #code);                              \
-        if (!strstr(ncclGetLastError(NULL), (word)))                                               \
-            MP_FAIL("%s: last error \"%s\" does not name \"%s\"", #call, ncclGetLastError(NULL),   \
-                    (word));                                                                       \
-    } while (0)
-
-typedef struct {
-    atomic_int ready[8];
-    ncclUniqueId ids[8];
-} id_area_t;
-
-/* Rank 0 makes id `slot` with ncclGetUniqueId; every rank gets it. */
-static int share_id(int rank, int slot, ncclUniqueId *id)
-{
-    size_t size;
-    id_area_t *area = mp_shared(&size);
-    if (rank == 0) {
-        CHECK_NCCL(ncclGetUniqueId(&area->ids[slot]));
-        atomic_store(&area->ready[slot], 1);
-    }
-    for (int waited = 0; !atomic_load(&area->ready[slot]); waited++) {
-        if (waited > 60000)
-            MP_FAIL("no unique id from rank 0");
-        usleep(1000);
-    }
-    *id = area->ids[slot];
-    return 0;
-}
-
-/* A communicator from ncclCommInitRankConfig; odd ranks ask for a
- * nonblocking one, which must behave alike. */
-static int make_comm(int rank, int nranks, int slot, ncclComm_t *comm)
-{
-    ncclUniqueId id;
-    if (share_id(rank, slot, &id))
-        return 1;
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = rank % 2 ? 0 : 1;
-    CHECK_NCCL(ncclCommInitRankConfig(comm, nranks, id, rank, &config));
-    ncclResult_t state = ncclInternalError;
-    CHECK_NCCL(ncclCommGetAsyncError(*comm, &state));
-    if (state != ncclSuccess)
-        MP_FAIL("a new communicator reports %d", (int)state);
-    return 0;
-}
 
 static size_t esize(ncclDataType_t dt) { return rcc_datatype_size((rcc_datatype_t)dt); }
 
