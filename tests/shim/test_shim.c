@@ -618,6 +618,11 @@ int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
     setenv("RCC_TIMEOUT", "30", 0);
+    /* Host buffers with a NULL stream are the blocking host collective where
+     * no GPU is usable; with one they would be queued on the GPU's default
+     * stream, and the results read too early. (tests/shim/test_shim_stream.c
+     * covers the stream path.) */
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
     int failed = 0;
 #ifdef SHIM_REAL_NCCL_H
     printf("compiled against the real nccl.h (NCCL %d)\n", NCCL_VERSION_CODE);
