@@ -128,19 +128,20 @@ class Communicator:
         check(getattr(lib, "rcc_" + name)(*args, self._handle), self._handle)
         return result
 
-    def _io(self, x, out):
-        """(input, output) Buffers; out=None means in place."""
+    def _io(self, name, x, out):
+        """(input, output, result) for a collective whose output has the input's
+        size; out=None means in place."""
         src = as_buffer(x, "input", writable=out is None)
         if out is None:
             return src, src, x
         dst = as_buffer(out, "out", writable=True)
         same_dtype(src, dst)
+        if dst.count != src.count:
+            raise ValueError(f"ringcc: {name} of {src.count} elements into {dst.count}")
         return src, dst, out
 
     def _allreduce(self, x, out, op, nonblocking):
-        src, dst, result = self._io(x, out)
-        if dst.count != src.count:
-            raise ValueError(f"ringcc: allreduce of {src.count} elements into {dst.count}")
+        src, dst, result = self._io("allreduce", x, out)
         args = (src.ptr, dst.ptr, src.count, src.dtype, as_op(op))
         return self._run("allreduce", args, (src, dst), result, nonblocking)
 
@@ -174,9 +175,7 @@ class Communicator:
         return self._run("allgather", args, (src, dst), out, nonblocking)
 
     def _broadcast(self, x, root, out, nonblocking):
-        src, dst, result = self._io(x, out)
-        if dst.count != src.count:
-            raise ValueError(f"ringcc: broadcast of {src.count} elements into {dst.count}")
+        src, dst, result = self._io("broadcast", x, out)
         args = (src.ptr, dst.ptr, src.count, src.dtype, int(root))
         return self._run("broadcast", args, (src, dst), result, nonblocking)
 
