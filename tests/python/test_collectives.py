@@ -28,14 +28,15 @@ def same(got, want, what):
 
 def check_allreduce(comm):
     for dt in DTYPES:
-        for op in OPS:
-            for count in SIZES:
-                want = reduce(rank_inputs(dt, count, comm.size), op)
-                x = rank_input(dt, count, comm.rank)
+        for count in SIZES:
+            inputs = rank_inputs(dt, count, comm.size)
+            for op in OPS:
+                want = reduce(inputs, op)
+                x = inputs[comm.rank].copy()
                 out = np.full_like(x, 7)
                 assert comm.allreduce(x, out, op=op) is out
                 same(out, want, f"allreduce {dt} {op} {count}")
-                same(x, rank_input(dt, count, comm.rank), "allreduce input untouched")
+                same(x, inputs[comm.rank], "allreduce input untouched")
                 comm.allreduce(x, op=op)  # in place
                 same(x, want, f"allreduce in place {dt} {op} {count}")
 
@@ -43,10 +44,11 @@ def check_allreduce(comm):
 def check_reduce_scatter(comm):
     n = comm.size
     for dt in DTYPES:
-        for op in OPS:
-            for block in (0, 1, 333):
-                want = reduce(rank_inputs(dt, block * n, n), op)[comm.rank * block:][:block]
-                got = comm.reduce_scatter(rank_input(dt, block * n, comm.rank), op=op)
+        for block in (0, 1, 333):
+            inputs = rank_inputs(dt, block * n, n)
+            for op in OPS:
+                want = reduce(inputs, op)[comm.rank * block:][:block]
+                got = comm.reduce_scatter(inputs[comm.rank], op=op)
                 same(got, want, f"reduce_scatter {dt} {op} {block}")
 
 
