@@ -102,6 +102,13 @@ class Communicator:
             self._waiter = None
         check(code)
 
+    def __del__(self):
+        # Dropped without destroy(): free the connections and the progress thread all the same.
+        try:
+            self.destroy()
+        except Exception:
+            pass
+
     def __enter__(self):
         return self
 

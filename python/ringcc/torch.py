@@ -27,7 +27,8 @@ def init(group=None, timeout=None):
     (ringcc.init() would take the job's MASTER_PORT, which torch's store
     may hold already)."""
     rank, size = dist.get_rank(group), dist.get_world_size(group)
-    src = 0 if group is None else dist.distributed_c10d._get_global_rank(group, 0)
+    global_rank = getattr(dist, "get_global_rank", None) or dist.distributed_c10d._get_global_rank
+    src = 0 if group is None else global_rank(group, 0)
     box = [unique_id() if rank == 0 else None]
     dist.broadcast_object_list(box, src=src, group=group)
     return Communicator.from_unique_id(box[0], rank, size, timeout)

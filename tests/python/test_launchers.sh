@@ -7,7 +7,7 @@
 #
 #   test_launchers.sh mpirun|torchrun PYTHON     (RCC_LIBRARY and PYTHONPATH as for the others)
 #
-# Exits 0 when every check passed, 1 otherwise, 77 (skip) when mpirun is missing.
+# Exits 0 when every check passed, 1 otherwise, 77 (skip) when mpirun or numpy is missing.
 set -euo pipefail
 
 if [[ $# -ne 2 || ($1 != mpirun && $1 != torchrun) ]]; then
@@ -24,6 +24,10 @@ trap 'rm -rf "$TMP"' EXIT
 unset RCC_RANK RCC_NRANKS RCC_ROOT RCC_SECRET RANK WORLD_SIZE MASTER_ADDR MASTER_PORT \
     SLURM_PROCID SLURM_NTASKS OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE
 failed=0
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+    echo "SKIP: numpy is not installed for $PY"
+    exit 77
+fi
 
 free_port() {
     "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
