@@ -145,11 +145,37 @@ def check_errors(comm):
     comm.allreduce(x)
 
 
+def fresh_communicator(comm, timeout=30):
+    """A second communicator over the same ranks, its unique id sent by `comm`."""
+    uid = np.frombuffer(ringcc.unique_id(), dtype=np.uint8).copy() if comm.rank == 0 else \
+        np.zeros(128, dtype=np.uint8)
+    comm.broadcast(uid)
+    return ringcc.Communicator.from_unique_id(uid.tobytes(), comm.rank, comm.size, timeout=timeout)
+
+
+def check_failure(comm):
+    """A failure found while the operation runs (ranks calling different collectives) is
+    raised by the request's wait() on every rank, with the library's message; the broken
+    communicator keeps failing the same way and can be aborted."""
+    other = fresh_communicator(comm)
+    assert (other.rank, other.size) == (comm.rank, comm.size)
+    x = np.arange(10, dtype=np.float32)
+    same(other.allreduce(x.copy()), x * comm.size, "second communicator")
+    if comm.size > 1:
+        req = other.iallreduce(x) if comm.rank == 0 else other.iallgather(x)
+        e = expect(ringcc.RingccError, req.wait, "RCC_ERR_MISMATCH")
+        assert "allreduce" in e.detail and "allgather" in e.detail, e.detail
+        expect(ringcc.RingccError, req.wait, "RCC_ERR_MISMATCH")  # raised again
+        expect(ringcc.RingccError, lambda: other.barrier(), "RCC_ERR")
+    other.abort()
+    expect(ValueError, lambda: other.barrier(), "destroyed")
+
+
 def main():
     comm = ringcc.init(timeout=60)
     assert ringcc.is_initialized() and ringcc.rank() == comm.rank and ringcc.size() == comm.size
     for check in (check_allreduce, check_reduce_scatter, check_allgather_broadcast,
-                  check_nonblocking, check_buffers, check_errors):
+                  check_nonblocking, check_buffers, check_errors, check_failure):
         check(comm)
     ringcc.finalize()
     assert not ringcc.is_initialized()

@@ -14,6 +14,7 @@ import torch.distributed as dist  # noqa: E402
 
 import ringcc.torch  # noqa: E402
 from reference import OPS, SIZES, rank_inputs, reduce  # noqa: E402
+from test_collectives import fresh_communicator  # noqa: E402
 
 DTYPES = ["int8", "uint8", "int32", "int64", "float16", "float32", "float64", "bfloat16"]
 
@@ -71,6 +72,34 @@ def check_refusals(comm):
     assert (t == comm.size).all()
 
 
+class Bucket:
+    """What the hook uses of DDP's GradBucket."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def buffer(self):
+        return self.tensor
+
+
+def check_hook(comm):
+    """The hook averages in place; a failure reaches the future as the RingccError."""
+    t = torch.full((9,), float(comm.rank), dtype=torch.float64)
+    fut = ringcc.torch.allreduce_hook(comm, Bucket(t))
+    assert fut.wait() is t and (t == (comm.size - 1) / 2).all(), t
+    if comm.size == 1:
+        return
+    other = fresh_communicator(comm)
+    fut = ringcc.torch.allreduce_hook(other, Bucket(torch.ones(10 + (comm.rank > 0))))
+    try:
+        fut.wait()
+    except Exception as e:
+        assert "RCC_ERR_MISMATCH" in str(e) and "count=11" in str(e), str(e)
+    else:
+        raise AssertionError("the hook's future did not fail")
+    other.abort()
+
+
 def check_backend(rank, size):
     dist.init_process_group("ringcc")
     assert dist.get_backend() == "ringcc" and dist.get_rank() == rank
@@ -110,6 +139,7 @@ def main():
     comm = ringcc.init(timeout=60)
     check_collectives(comm)
     check_refusals(comm)
+    check_hook(comm)
     ringcc.finalize()
     check_backend(rank, size)
     print(f"rank {rank}/{size}: tensors and the ringcc backend match the reference")
