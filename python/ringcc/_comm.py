@@ -2,6 +2,7 @@
 collectives on numpy arrays and CPU torch tensors (in place, no copies)."""
 import atexit
 import ctypes
+import threading
 import weakref
 
 from ._buffers import as_buffer, same_dtype
@@ -46,7 +47,10 @@ _live = weakref.WeakSet()
 def _destroy_live():
     # Ranks that exit with operations queued would leave their peers waiting.
     for comm in list(_live):
-        comm.destroy()
+        try:
+            comm.destroy()
+        except Exception:  # a broken communicator: its failure was reported when it broke
+            pass
 
 
 class Communicator:
@@ -56,12 +60,13 @@ class Communicator:
 
     def __init__(self, handle):
         self._handle = handle  # ctypes.c_void_p
+        self._waiter = None
+        self._waiter_lock = threading.Lock()
+        _live.add(self)
         rank, size = ctypes.c_int(), ctypes.c_int()
         check(lib.rcc_comm_rank(handle, ctypes.byref(rank)), handle)
         check(lib.rcc_comm_size(handle, ctypes.byref(size)), handle)
         self.rank, self.size = rank.value, size.value
-        self._waiter = None
-        _live.add(self)
 
     @classmethod
     def from_env(cls, timeout=None):
@@ -118,9 +123,10 @@ class Communicator:
     def waiter(self):
         """The thread that completes this communicator's requests in the
         background (used by ringcc.torch)."""
-        if self._waiter is None:
-            self._waiter = Waiter(f"ringcc-waiter-{self.rank}")
-        return self._waiter
+        with self._waiter_lock:  # the first hook and a backend call may race here
+            if self._waiter is None:
+                self._waiter = Waiter(f"ringcc-waiter-{self.rank}")
+            return self._waiter
 
     # -- collectives -----------------------------------------------------------------
     # Each builds (C arguments, buffers to keep alive, result) and runs blocking or not.

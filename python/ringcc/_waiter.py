@@ -18,9 +18,11 @@ class Waiter:
         self._queue.put((request, callback))
 
     def close(self):
-        """Waits for what was added, then ends the thread."""
+        """Waits for what was added, then ends the thread (from a callback, where
+        a communicator's last reference may go: without waiting for itself)."""
         self._queue.put(None)
-        self._thread.join()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
 
     def _run(self):
         while True:
