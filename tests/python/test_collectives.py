@@ -62,6 +62,17 @@ def check_allgather_broadcast(comm):
                 x = inputs[comm.rank].copy()
                 comm.broadcast(x, root=root)
                 same(x, inputs[root], f"broadcast {dt} {count} root {root}")
+    # In place, as in C: this rank's block of the gathered array, or of the scattered input.
+    k = 5
+    out = np.zeros(n * k, dtype=np.int64)
+    out[comm.rank * k:(comm.rank + 1) * k] = comm.rank
+    comm.allgather(out[comm.rank * k:(comm.rank + 1) * k], out)
+    same(out, np.repeat(np.arange(n, dtype=np.int64), k), "allgather in place")
+    x = np.arange(n * k, dtype=np.float64)
+    mine = x[comm.rank * k:(comm.rank + 1) * k]
+    comm.reduce_scatter(x, mine)
+    same(mine, np.arange(comm.rank * k, (comm.rank + 1) * k, dtype=np.float64) * n,
+         "reduce_scatter in place")
     # Shapes: blocks along the first axis.
     x = np.full((2, 3), comm.rank, dtype=np.int32)
     got = comm.allgather(x)
