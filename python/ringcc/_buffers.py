@@ -64,7 +64,8 @@ def _is_tensor(obj):
 
 def _from_tensor(obj, name, writable):
     if obj.device.type != "cpu" or obj.layout != sys.modules["torch"].strided:
-        raise TypeError(f"ringcc: {name} must be a dense CPU tensor (got {obj.device}, {obj.layout})")
+        raise TypeError(f"ringcc: {name} must be a dense CPU tensor "
+                        f"(got {obj.device}, {obj.layout})")
     if not obj.is_contiguous():
         raise ValueError(f"ringcc: {name} must be contiguous (call .contiguous() first)")
     dtype = _TORCH.get(str(obj.dtype))
@@ -96,7 +97,8 @@ def _from_numpy(obj, name, writable):
                             f"object with the buffer protocol (got {type(obj).__name__})") from None
         arr = np.asarray(view)
     if not arr.flags.c_contiguous:
-        raise ValueError(f"ringcc: {name} must be C-contiguous (np.ascontiguousarray would copy it)")
+        raise ValueError(f"ringcc: {name} must be C-contiguous "
+                         "(np.ascontiguousarray would copy it)")
     if writable and not arr.flags.writeable:
         raise ValueError(f"ringcc: {name} receives the result but is read-only")
     dtype = _numpy_dtype(arr.dtype, name)

@@ -136,7 +136,8 @@ class Communicator:
             raise ValueError("ringcc: the communicator was destroyed")
         if nonblocking:
             req = ctypes.c_void_p()
-            check(getattr(lib, "rcc_i" + name)(*args, self._handle, ctypes.byref(req)), self._handle)
+            code = getattr(lib, "rcc_i" + name)(*args, self._handle, ctypes.byref(req))
+            check(code, self._handle)
             return Request(req, keep, result)
         check(getattr(lib, "rcc_" + name)(*args, self._handle), self._handle)
         return result

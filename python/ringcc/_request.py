@@ -30,7 +30,8 @@ class Request:
         with self._lock:
             if self._keep is not None:
                 flag = ctypes.c_int(0)
-                self._finish(lib.rcc_test(ctypes.byref(self._handle), ctypes.byref(flag)), flag.value)
+                code = lib.rcc_test(ctypes.byref(self._handle), ctypes.byref(flag))
+                self._finish(code, flag.value)
             if self._error is not None:
                 raise self._error
             return self._keep is None

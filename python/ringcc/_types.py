@@ -30,5 +30,6 @@ def as_op(op):
         try:
             return Op[op.upper()]
         except KeyError:
-            raise ValueError(f"ringcc: unknown reduction {op!r} (one of sum, prod, max, min, avg)") from None
+            raise ValueError(f"ringcc: unknown reduction {op!r} "
+                             "(one of sum, prod, max, min, avg)") from None
     return int(op)

@@ -49,7 +49,8 @@ def _on_default(name):
     def call(*args, comm=None, **kwargs):
         return method(comm or default_communicator(), *args, **kwargs)
 
-    call.__doc__ = f"{method.__doc__ or ''}\n\nOn `comm`, by default the communicator of ringcc.init()."
+    call.__doc__ = (f"{method.__doc__ or ''}\n\n"
+                    "On `comm`, by default the communicator of ringcc.init().")
     return call
 
 

@@ -57,7 +57,8 @@ def check_allgather_broadcast(comm):
     for dt in DTYPES:
         for count in (0, 1, 1001):
             inputs = rank_inputs(dt, count, n)
-            same(comm.allgather(inputs[comm.rank]), np.concatenate(inputs), f"allgather {dt} {count}")
+            same(comm.allgather(inputs[comm.rank]), np.concatenate(inputs),
+                 f"allgather {dt} {count}")
             for root in range(n):
                 x = inputs[comm.rank].copy()
                 comm.broadcast(x, root=root)
@@ -132,8 +133,8 @@ def expect(exc, fn, *words):
 def check_errors(comm):
     x = np.zeros(4, dtype=np.float32)
     # Refused by the library: the exception carries its message (rcc_last_error).
-    e = expect(ringcc.RingccError, lambda: comm.broadcast(x, root=comm.size), "RCC_ERR_INVALID_ARGUMENT",
-               f"root {comm.size} is not a rank")
+    e = expect(ringcc.RingccError, lambda: comm.broadcast(x, root=comm.size),
+               "RCC_ERR_INVALID_ARGUMENT", f"root {comm.size} is not a rank")
     assert e.code == 4 and e.name == "RCC_ERR_INVALID_ARGUMENT" and "rcc_broadcast" in e.detail
     expect(ringcc.RingccError, lambda: comm.allreduce(x, op=99), "RCC_ERR_INVALID_ARGUMENT", "99")
     expect(ringcc.RingccError, lambda: comm.iallreduce(x, op=-1), "rcc_iallreduce")
@@ -141,8 +142,8 @@ def check_errors(comm):
     expect(TypeError, lambda: comm.allreduce(np.zeros(3, dtype=bool)), "bool")
     expect(TypeError, lambda: comm.allreduce(np.zeros(3, dtype=np.complex64)), "complex64")
     expect(TypeError, lambda: comm.allreduce([1.0, 2.0]), "list")
-    expect(TypeError, lambda: comm.allreduce(x, np.zeros(4, dtype=np.float64)), "float32", "float64")
-    expect(ValueError, lambda: comm.allreduce(x, np.zeros(5, dtype=np.float32)), "4 elements into 5")
+    expect(TypeError, lambda: comm.allreduce(x, np.zeros(4, np.float64)), "float32", "float64")
+    expect(ValueError, lambda: comm.allreduce(x, np.zeros(5, np.float32)), "4 elements into 5")
     expect(ValueError, lambda: comm.allreduce(np.zeros((4, 4), np.float32)[:, 1]), "contiguous")
     expect(TypeError, lambda: comm.allreduce(np.zeros(4, np.float32).view(">f4")), ">f4")
     ro = np.zeros(4, np.float32)
@@ -151,7 +152,8 @@ def check_errors(comm):
     expect(ValueError, lambda: comm.allgather(x, np.zeros(1, np.float32)), "allgather")
     expect(ValueError, lambda: comm.allreduce(x, op="mean"), "mean")
     if comm.size > 1:
-        expect(ValueError, lambda: comm.reduce_scatter(np.zeros(comm.size + 1, np.int8)), "first axis")
+        expect(ValueError, lambda: comm.reduce_scatter(np.zeros(comm.size + 1, np.int8)),
+               "first axis")
     # The communicator still works after the refusals (none reached the wire).
     comm.allreduce(x)
 
