@@ -4,7 +4,7 @@ torch.distributed backend "ringcc" through torch.distributed's own calls.
 References: reference.py's naive reductions.
 
     RCC_LIBRARY=build/lib/libringcc.so PYTHONPATH=python:tests/python \\
-        build/tools/ringcc-run -n 3 /usr/bin/python3 tests/python/test_torch.py
+        build/tools/ringcc-run -n 2 /usr/bin/python3 tests/python/test_torch.py
 """
 from torchjob import import_torch, torchrun_env
 
