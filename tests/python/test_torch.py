@@ -107,7 +107,8 @@ def check_backend(rank, size):
     dist.all_reduce(x)
     assert (x == size * (size + 1) / 2).all()
     for op, want in ((dist.ReduceOp.MAX, size), (dist.ReduceOp.MIN, 1),
-                     (dist.ReduceOp.PRODUCT, float(np.prod(range(1, size + 1))))):
+                     (dist.ReduceOp.PRODUCT, float(np.prod(range(1, size + 1)))),
+                     (dist.ReduceOp.AVG, (size + 1) / 2)):
         x = torch.full((7,), float(rank + 1), dtype=torch.float64)
         work = dist.all_reduce(x, op=op, async_op=True)
         work.wait()
