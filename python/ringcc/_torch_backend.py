@@ -41,12 +41,15 @@ class RingccWork(Work):
         self._future = torch.futures.Future()
 
         def done(_, error):
-            if error is not None:
-                self._future.set_exception(error)
-                return
-            if finish is not None:
-                finish()
-            self._future.set_result(value)
+            try:
+                if error is not None:
+                    raise error
+                if finish is not None:
+                    finish()
+            except Exception as e:  # the future must complete, or its waiter waits forever
+                self._future.set_exception(e)
+            else:
+                self._future.set_result(value)
 
         comm.waiter().add(request, done)
 
