@@ -10,14 +10,21 @@ backend "ringcc" (registered when this module is imported).
 
 or, ringcc for everything: dist.init_process_group("ringcc").
 """
+import warnings
+
 import torch
 import torch.distributed as dist
 
-from . import _torch_backend
 from ._comm import Communicator, unique_id
 from ._world import default_communicator
 
-_torch_backend.register()
+try:  # written for torch 1.13's Python ProcessGroup; the hook needs none of it
+    from . import _torch_backend
+
+    _torch_backend.register()
+except Exception as e:
+    warnings.warn(f"ringcc: no torch.distributed backend 'ringcc' with torch {torch.__version__} "
+                  f"({e}); the comm hook works without it")
 
 
 def init(group=None, timeout=None):
