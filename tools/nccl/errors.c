@@ -86,8 +86,6 @@ ncclResult_t shim_check(rcc_result_t res, const char *func, rcc_comm_t comm)
                      rcc_result_name(res));
 }
 
-const char *shim_last_error(void) { return last_error; }
-
 /* ---- the API --------------------------------------------------------------------- */
 
 /* NCCL's texts say what kind of failure it was, so callers that print them
@@ -135,7 +133,7 @@ static void level_read(void)
     level = lvl;
 }
 
-int shim_log_level(void)
+static int log_level(void)
 {
     pthread_once(&level_once, level_read);
     return level;
@@ -158,7 +156,7 @@ extern __typeof(pncclResetDebugInit) ncclResetDebugInitInternal
 /* "host:pid:tid NCCL-shim INFO text", one write per line, like NCCL_DEBUG's. */
 void shim_log(int lvl, const char *fmt, ...)
 {
-    if (lvl > shim_log_level())
+    if (lvl > log_level())
         return;
     static const char *tags[] = {"", "WARN", "INFO", "TRACE"};
     char host[64] = "?", line[1400];

@@ -35,7 +35,7 @@ typedef struct {
 /* What an ncclComm_t points to. */
 struct ncclComm {
     struct ncclComm *retired_next; /* init.c's list of aborted wrappers */
-    rcc_comm_t rcc;                /* NULL while an init deferred to ncclGroupEnd is pending */
+    rcc_comm_t rcc;                /* NULL until an init deferred to ncclGroupEnd succeeds */
     int rank, nranks;
     int device;               /* the CUDA device current at init, or 0 without a runtime */
     int blocking;             /* config.blocking (0: nonblocking; calls still complete at once) */
@@ -55,13 +55,9 @@ ncclResult_t shim_fail(ncclResult_t code, const char *func, const char *fmt, ...
 /* For a ringcc call's result: on failure records ringcc's detail (of comm,
  * or of this thread when comm is NULL) and returns the mapped code. */
 ncclResult_t shim_check(rcc_result_t res, const char *func, rcc_comm_t comm);
-/* This thread's last error text ("" when none); like NCCL, the shim keeps
- * the last failure's text until the next failure. */
-const char *shim_last_error(void);
 
 /* ---- logging (errors.c): RCC_DEBUG=WARN|INFO|TRACE, as NCCL_DEBUG ----------------- */
 enum { SHIM_LOG_NONE, SHIM_LOG_WARN, SHIM_LOG_INFO, SHIM_LOG_TRACE };
-int shim_log_level(void);
 void shim_log_reload(void); /* reads RCC_DEBUG again (ncclResetDebugInit) */
 void shim_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
