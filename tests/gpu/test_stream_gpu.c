@@ -27,13 +27,7 @@
 #include "../mp/mp.h"
 #include "../mp/streamcase.h"
 #include "../mp/testdata.h"
-
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            MP_FAIL("%s: %s", #call, cudaGetErrorString(e_));                                      \
-    } while (0)
+#include "cucheck.h"
 
 /* Holds the stream until the test opens the gate (at most 10 s). */
 typedef struct {
