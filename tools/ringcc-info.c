@@ -1,0 +1,200 @@
+/*
+ * ringcc-info — what this build and this host offer (libfabric's fi_info, NCCL's
+ * NCCL_DEBUG=INFO banner, as a program): version, features built, transports and why
+ * unusable ones are not, network interfaces, GPUs, RDMA devices, and every RCC_*
+ * parameter with its default, current value and description, straight from the one
+ * parameter table (lib/params.h).
+ *
+ *   ringcc-info              everything
+ *   ringcc-info --params     the parameters only
+ *   ringcc-info --markdown   the parameters as the Markdown table of docs/env.md
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hostinv.h"
+#include "params.h"
+#include "rcc_config.h"
+#include "ringcc.h"
+#include "socket.h"
+#include "transport.h"
+
+/* Transports ringcc knows of, built or not, and what a build without one lacks. */
+static const struct {
+    const char *name;
+    const char *missing; /* why it is not in this build */
+} info_known[] = {
+    {"tcp", "(always built)"},
+    {"ibverbs", RCC_HAVE_IBVERBS
+                    ? "libibverbs was found at configure time, but the verbs transport is not "
+                      "written yet"
+                    : "not built: libibverbs/librdmacm not found at configure time "
+                      "(meson feature ibverbs)"},
+    {"cudaipc", RCC_HAVE_CUDA ? "CUDA is built, but the CUDA-IPC transport is not written yet"
+                              : "not built: no CUDA in this build (meson feature cuda)"},
+};
+
+static const rcci_transport_t *info_built(const char *name)
+{
+    for (int i = 0; rcci_transports[i]; i++)
+        if (!strcmp(rcci_transports[i]->name, name))
+            return rcci_transports[i];
+    return NULL;
+}
+
+/* A built transport is usable when it initialises for a one-rank job on the interface
+ * a job would pick (RCC_SOCKET_IFNAME, else the first non-loopback one). */
+static void info_transport_usable(const rcci_transport_t *tr, char *why, size_t size)
+{
+    const char *only = rcci_param_str(RCCI_PARAM_TRANSPORT);
+    rcci_addr_t local;
+    char ifname[64], addr[80];
+    if (rcci_addr_pick_local(rcci_param_str(RCCI_PARAM_SOCKET_IFNAME), NULL, &local, ifname,
+                             sizeof ifname) != RCC_SUCCESS) {
+        snprintf(why, size, "not usable: no interface: %s", rcc_last_error(NULL));
+        return;
+    }
+    rcci_addr_format(&local, addr, sizeof addr);
+    addr[strlen(addr) - 2] = '\0'; /* the port, ":0": nothing listens yet */
+    rcci_transport_env_t env = {.rank = 0, .nranks = 1, .local_addr_len = local.len};
+    memcpy(&env.local_addr, &local.u, local.len);
+    void *tctx = NULL;
+    if (tr->init(&env, &tctx) != RCC_SUCCESS) {
+        snprintf(why, size, "not usable: %s", rcc_last_error(NULL));
+        return;
+    }
+    tr->fini(tctx);
+    snprintf(why, size, "usable (on %s, %s; caps 0x%x)%s", ifname, addr, (unsigned)tr->caps,
+             *only && strcmp(only, tr->name) ? ": but RCC_TRANSPORT excludes it" : "");
+}
+
+static void info_transports(void)
+{
+    printf("\nTransports (priority order; RCC_TRANSPORT forces one):\n");
+    for (size_t i = 0; i < sizeof info_known / sizeof info_known[0]; i++) {
+        const rcci_transport_t *tr = info_built(info_known[i].name);
+        char why[512];
+        if (tr)
+            info_transport_usable(tr, why, sizeof why);
+        else
+            snprintf(why, sizeof why, "not usable: %s", info_known[i].missing);
+        printf("  %-8s %s\n", info_known[i].name, why);
+    }
+    for (int i = 0; rcci_transports[i]; i++) { /* built but not in the list above */
+        int known = 0;
+        for (size_t k = 0; k < sizeof info_known / sizeof info_known[0]; k++)
+            known |= !strcmp(info_known[k].name, rcci_transports[i]->name);
+        if (!known) {
+            char why[512];
+            info_transport_usable(rcci_transports[i], why, sizeof why);
+            printf("  %-8s %s\n", rcci_transports[i]->name, why);
+        }
+    }
+}
+
+static void info_features(void)
+{
+    int v = 0;
+    rcc_get_version(&v);
+    printf("ringcc %s (library %d.%d.%d)\n", RCC_VERSION_STRING, v / 10000, v / 100 % 100, v % 100);
+    printf("\nFeatures built:\n");
+    printf("  cuda     %s\n", RCC_HAVE_CUDA ? "yes (kernels for sm_80, sm_90 + PTX)"
+                                            : "no (meson feature cuda off or nvcc not found)");
+    printf("  ibverbs  %s\n", RCC_HAVE_IBVERBS ? "yes (libibverbs and librdmacm found)"
+                                               : "no (libibverbs/librdmacm not found)");
+    int cuda = rcc_cuda_available();
+    printf("  CUDA buffers usable here: %s%s\n",
+           cuda ? "yes" : "no: ", cuda ? "" : rcc_last_error(NULL));
+}
+
+/* The value in effect: the environment's when set, else the default; an INT value the
+ * library would refuse is marked. */
+static void info_current(const rcci_param_info_t *p, rcci_param_id_t id, char *buf, size_t size)
+{
+    const char *env = getenv(p->name);
+    if (!env || !*env) {
+        snprintf(buf, size, "%s", *p->default_text ? p->default_text : "(empty)");
+        return;
+    }
+    int64_t v;
+    int bad = rcci_param_parse(id, env, &v) != RCC_SUCCESS;
+    snprintf(buf, size, "%s (set%s)", env, bad ? "; INVALID: communicator creation fails" : "");
+}
+
+static void info_params(void)
+{
+    printf("\nParameters (environment variables; read once per process):\n");
+    for (int i = 0; i < RCCI_PARAM_COUNT; i++) {
+        const rcci_param_info_t *p = rcci_param_info((rcci_param_id_t)i);
+        char cur[256];
+        info_current(p, (rcci_param_id_t)i, cur, sizeof cur);
+        printf("  %s = %s   [default: %s]\n      %s\n", p->name, cur,
+               *p->default_text ? p->default_text : "(empty)", p->description);
+    }
+}
+
+/* The environment reference of docs/env.md: a Markdown table, one row per parameter. */
+static void info_markdown(void)
+{
+    printf("| variable | default | range | meaning |\n|---|---|---|---|\n");
+    for (int i = 0; i < RCCI_PARAM_COUNT; i++) {
+        const rcci_param_info_t *p = rcci_param_info((rcci_param_id_t)i);
+        char range[64] = "text";
+        if (p->is_int)
+            snprintf(range, sizeof range, "%lld to %lld", (long long)p->min, (long long)p->max);
+        printf("| `%s` | %s%s%s | %s | %s |\n", p->name, *p->default_text ? "`" : "",
+               *p->default_text ? p->default_text : "(empty)", *p->default_text ? "`" : "", range,
+               p->description);
+    }
+}
+
+static void info_usage(FILE *out)
+{
+    fprintf(out, "Usage: ringcc-info [--params | --markdown]\n"
+                 "Print the version, features built, transports (and why one is unusable),\n"
+                 "network interfaces, GPUs, RDMA devices and every RCC_* parameter.\n"
+                 "  --params     only the parameters: default, current value, description\n"
+                 "  --markdown   the parameters as a Markdown table (docs/env.md)\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"params", no_argument, NULL, 'p'},
+                                             {"markdown", no_argument, NULL, 'm'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    int mode = 'a', c;
+    while ((c = getopt_long(argc, argv, "pmh", longopts, NULL)) != -1) {
+        if (c == 'h') {
+            info_usage(stdout);
+            return 0;
+        }
+        if (c != 'p' && c != 'm') {
+            info_usage(stderr);
+            return 2;
+        }
+        mode = c;
+    }
+    if (optind < argc) {
+        info_usage(stderr);
+        return 2;
+    }
+    if (mode == 'm') {
+        info_markdown();
+        return 0;
+    }
+    if (mode == 'a') {
+        info_features();
+        info_transports();
+        printf("\nNetwork interfaces:\n");
+        hostinv_print_interfaces(stdout);
+        printf("\nGPUs:\n");
+        hostinv_print_gpus(stdout);
+        printf("\nRDMA devices:\n");
+        hostinv_print_rdma(stdout);
+    }
+    info_params();
+    return 0;
+}
