@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#define RCCI_LOG_SUBSYS RCCI_SUBSYS_BOOTSTRAP /* log.h: the subsystem of this file's lines */
 #include "clock.h"
 #include "err.h"
 #include "log.h"

@@ -159,27 +159,35 @@ rcc_result_t rcci_config_check(const rcc_config_t *config, int64_t *timeout_ns, 
 }
 
 /* First transport (priority order) both ends built and whose can_connect
- * accepts the peer; can_connect is symmetric, so both ends agree. */
+ * accepts the peer; can_connect is symmetric, so both ends agree. `why`
+ * says so, for the INFO line that reports the choice. */
 static rcc_result_t comm_pick_transport(struct rcc_comm *comm, const comm_peer_t *peers, int peer,
-                                        int *index)
+                                        int *index, char *why, size_t why_size)
 {
     uint32_t common = peers[comm->rank].transports & peers[peer].transports;
     rcci_peer_info_t me = {
         .rank = comm->rank, .host_hash = peers[comm->rank].host_hash, .cuda_device = -1};
     rcci_peer_info_t them = {.rank = peer, .host_hash = peers[peer].host_hash, .cuda_device = -1};
+    const char *only = rcci_param_str(RCCI_PARAM_TRANSPORT);
     for (int i = 0; rcci_transports[i]; i++) {
         int priority;
         if (!(common & (1u << i)) ||
             rcci_transports[i]->can_connect(comm->tctx[i], &me, &them, &priority) != RCC_SUCCESS)
             continue;
         *index = i;
+        if (*only)
+            snprintf(why, why_size, "forced by RCC_TRANSPORT=%s", only);
+        else
+            snprintf(why, why_size, "%s, %s; the first built on both that connects them",
+                     me.host_hash == them.host_hash ? "same host" : "another host",
+                     i == 0 ? "highest priority" : "higher ones cannot");
         return RCC_SUCCESS;
     }
     char name[128];
     rcci_bootstrap_peer_name(comm->bootstrap, peer, name, sizeof name);
     return rcci_error(RCC_ERR_UNSUPPORTED,
                       "no transport connects rank %d with %s (RCC_TRANSPORT=%s)", comm->rank, name,
-                      rcci_param_str(RCCI_PARAM_TRANSPORT));
+                      only);
 }
 
 static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
@@ -242,8 +250,9 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     }
 
     int send_tr, recv_tr;
-    RCC_CHECK(comm_pick_transport(comm, peers, next, &send_tr));
-    RCC_CHECK(comm_pick_transport(comm, peers, prev, &recv_tr));
+    char send_why[128], recv_why[128];
+    RCC_CHECK(comm_pick_transport(comm, peers, next, &send_tr, send_why, sizeof send_why));
+    RCC_CHECK(comm_pick_transport(comm, peers, prev, &recv_tr, recv_why, sizeof recv_why));
     comm->send_link = (rcci_link_t){.tr = rcci_transports[send_tr],
                                     .tctx = comm->tctx[send_tr],
                                     .nconns = me->nsocks,
@@ -259,9 +268,9 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, handles, RCCI_HANDLE_BYTES));
     /* Connect first, then accept: connects complete in the kernel's backlog. */
     for (int k = 0; k < comm->send_link.nconns; k++)
-        RCC_CHECK(comm->send_link.tr->connect(comm->send_link.tctx,
-                                              handles + (size_t)next * RCCI_HANDLE_BYTES,
-                                              COMM_RING_TAG(k), deadline, &comm->send_link.conns[k]));
+        RCC_CHECK(comm->send_link.tr->connect(
+            comm->send_link.tctx, handles + (size_t)next * RCCI_HANDLE_BYTES, COMM_RING_TAG(k),
+            deadline, &comm->send_link.conns[k]));
     /* In slices: between them the bootstrap ring tells whether a rank
      * failed or left meanwhile, rather than waiting out the timeout. */
     for (int k = 0; k < comm->recv_link.nconns; k++) {
@@ -280,9 +289,10 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     char nname[128], pname[128];
     rcci_bootstrap_peer_name(comm->bootstrap, next, nname, sizeof nname);
     rcci_bootstrap_peer_name(comm->bootstrap, prev, pname, sizeof pname);
-    RCC_INFO("ring: sends to %s via %s, receives from %s via %s%s; %d connection%s per edge",
-             nname, comm->send_link.tr->name, pname, comm->recv_link.tr->name,
-             *only ? " (forced by RCC_TRANSPORT)" : "", me->nsocks, me->nsocks == 1 ? "" : "s");
+    RCC_INFO("ring: sends to %s via %s (%s), receives from %s via %s (%s); %d connection%s per "
+             "edge (channels) for operations of %lld bytes or more, else 1",
+             nname, comm->send_link.tr->name, send_why, pname, comm->recv_link.tr->name, recv_why,
+             me->nsocks, me->nsocks == 1 ? "" : "s", (long long)me->nsocks_min_bytes);
     /* The listener stays open for point-to-point connections, made on first
      * use. They run over this rank's receive transport (one transport per
      * job today; per-peer choice arrives with the second transport). */
@@ -381,16 +391,22 @@ static rcc_result_t comm_setup(struct rcc_comm *comm)
                      comm->chunk_bytes);
     }
     RCC_CHECK(rcci_progress_start(comm));
-    if (comm->rank == 0) {
-        char addr[80];
-        rcci_addr_format(rcci_bootstrap_local_addr(comm->bootstrap), addr, sizeof addr);
-        RCC_INFO("ringcc %s: communicator %016llx of %d ranks up on %s (%s); chunk %zu bytes, "
-                 "%d slots, timeout %.0f s; CUDA %s, verbs %s",
-                 RCC_VERSION_STRING, (unsigned long long)comm->comm_id, comm->nranks,
-                 rcci_bootstrap_ifname(comm->bootstrap), addr, comm->chunk_bytes, comm->slots,
-                 comm->timeout_ns / 1e9, RCC_HAVE_CUDA ? "built" : "not built",
-                 RCC_HAVE_IBVERBS ? "found" : "not found");
-    }
+    char addr[80];
+    rcci_addr_format(rcci_bootstrap_local_addr(comm->bootstrap), addr, sizeof addr);
+    if (comm->rank == 0)
+        RCC_INFO("ringcc %s (features: CUDA %s, verbs %s): communicator %016llx of %d ranks; "
+                 "chunk %zu bytes, %d slots, allreduce algorithm %s (rd up to %lld bytes, "
+                 "rabenseifner up to %lld), fusion up to %lld bytes, timeout %.0f s",
+                 RCC_VERSION_STRING, RCC_HAVE_CUDA ? "built" : "not built",
+                 RCC_HAVE_IBVERBS ? "libibverbs found, transport not yet" : "not built",
+                 (unsigned long long)comm->comm_id, comm->nranks, comm->chunk_bytes, comm->slots,
+                 rcci_param_str(RCCI_PARAM_ALGO),
+                 (long long)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES),
+                 (long long)rcci_param_int(RCCI_PARAM_MID_MAX_BYTES),
+                 (long long)rcci_param_int(RCCI_PARAM_FUSION_BYTES), comm->timeout_ns / 1e9);
+    /* Every rank: where it is, since ranks on other hosts pick other interfaces. */
+    RCC_INFO("rank %d of %d up: interface %s, address %s", comm->rank, comm->nranks,
+             rcci_bootstrap_ifname(comm->bootstrap), addr);
 out:
     return res;
 }

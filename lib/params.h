@@ -14,6 +14,10 @@
  * suffixes, powers of 1024) or STR. min/max bound INT values. */
 #define RCCI_PARAM_LIST(X)                                                                         \
     X(DEBUG, STR, "WARN", 0, 0, "log level: NONE, WARN, INFO or TRACE")                            \
+    X(DEBUG_SUBSYS, STR, "all", 0, 0,                                                              \
+      "subsystems whose INFO and TRACE lines show: all, or a comma-separated list of init, "       \
+      "bootstrap, net, coll, p2p, cuda, env, timeline; ^list: all but those (warnings always "     \
+      "show)")                                                                                     \
     X(DEBUG_FILE, STR, "", 0, 0, "log to this file instead of stderr; %h = host, %p = pid")        \
     X(TIMEOUT, INT, "300", 1, 86400,                                                               \
       "seconds any wait may go without progress before it fails with RCC_ERR_TIMEOUT")             \

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#define RCCI_LOG_SUBSYS RCCI_SUBSYS_COLL /* log.h: the subsystem of this file's lines */
 #include "clock.h"
 #include "comm.h"
 #include "log.h"

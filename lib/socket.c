@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#define RCCI_LOG_SUBSYS RCCI_SUBSYS_NET /* log.h: the subsystem of this file's lines */
 #include "clock.h"
 #include "err.h"
 #include "log.h"

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define RCCI_LOG_SUBSYS RCCI_SUBSYS_COLL /* log.h: the subsystem of this file's lines */
 #include "comm.h"
 #include "log.h"
 #include "params.h"

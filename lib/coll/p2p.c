@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define RCCI_LOG_SUBSYS RCCI_SUBSYS_P2P /* log.h: the subsystem of this file's lines */
 #include "clock.h"
 #include "comm.h"
 #include "log.h"

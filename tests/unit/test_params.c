@@ -7,6 +7,7 @@
 
 #include "bootstrap.h"
 #include "err.h"
+#include "log.h"
 #include "params.h"
 
 START_TEST(sizes_parse)
@@ -96,6 +97,25 @@ START_TEST(error_prefix_and_truncation)
 }
 END_TEST
 
+/* RCC_DEBUG_SUBSYS: lists, "all", "^" for all but, any case; the first unknown name is told. */
+START_TEST(log_subsystems_parse)
+{
+    uint32_t mask;
+    char bad[32];
+    ck_assert_int_eq(rcci_log_subsys_parse("all", &mask, bad, sizeof bad), 1);
+    ck_assert_uint_eq(mask, ~0u);
+    ck_assert_int_eq(rcci_log_subsys_parse("NET,coll", &mask, bad, sizeof bad), 1);
+    ck_assert_uint_eq(mask, (1u << RCCI_SUBSYS_NET) | (1u << RCCI_SUBSYS_COLL));
+    ck_assert_int_eq(rcci_log_subsys_parse("^init", &mask, bad, sizeof bad), 1);
+    ck_assert_uint_eq(mask, ~(1u << RCCI_SUBSYS_INIT));
+    ck_assert_int_eq(rcci_log_subsys_parse("net,,bogus,nope", &mask, bad, sizeof bad), 0);
+    ck_assert_str_eq(bad, "bogus");
+    ck_assert_uint_eq(mask, 1u << RCCI_SUBSYS_NET);
+    ck_assert_int_eq(rcci_log_subsys_parse("", &mask, bad, sizeof bad), 1);
+    ck_assert_uint_eq(mask, 0);
+}
+END_TEST
+
 START_TEST(unique_id_round_trip)
 {
     rcci_id_t id = {.comm_id = 0x0123456789abcdefull}, back;
@@ -129,6 +149,7 @@ static Suite *params_suite(void)
     tcase_add_test(tc, result_texts);
     tcase_add_test(tc, error_prefix_and_truncation);
     tcase_add_test(tc, unique_id_round_trip);
+    tcase_add_test(tc, log_subsystems_parse);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#define RCCI_LOG_SUBSYS RCCI_SUBSYS_NET /* log.h: the subsystem of this file's lines */
 #include "crc32c.h"
 #include "err.h"
 #include "log.h"
@@ -154,7 +155,8 @@ static void tcp_set_congestion(int fd)
                      "net.ipv4.tcp_allowed_congestion_control): using the system's default",
                      name, strerror(err));
     }
-    if (rcci_log_level() >= RCCI_LOG_INFO && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED)) {
+    if (rcci_log_on(RCCI_LOG_INFO, RCCI_LOG_SUBSYS) &&
+        !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED)) {
         char used[32] = "?";
         socklen_t len = sizeof used - 1;
         getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, used, &len);
