@@ -49,7 +49,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "report.h"
 #include "ringcc.h"
+#include "ttyprogress.h"
 
 #define PERF_NAME "ringcc-perf"
 #define PERF_PERIOD 509      /* prime: see above */
@@ -92,7 +94,11 @@ struct perf_opts {
     int ndtypes;
     rcc_redop_t ops[RCC_NUM_OPS];
     int nops;
+    const char *json_path, *csv_path; /* --json, --csv: the results as data too ("-": stdout) */
 };
+
+/* The table's stream: stdout, or stderr when a --json/--csv report takes stdout. */
+static FILE *perf_text;
 
 static rcc_comm_t perf_comm;
 static int perf_rank, perf_nranks;
@@ -202,6 +208,9 @@ static void perf_help(void)
            "                          sendbuf == recvbuf; allgather: sendbuf =\n"
            "                          recvbuf + rank*count; reducescatter: recvbuf =\n"
            "                          sendbuf + rank*count; not for alltoall and sendrecv\n"
+           "      --json PATH         also write the results as JSON to PATH ('-': stdout,\n"
+           "                          the table then goes to stderr); rank 0 writes it\n"
+           "      --csv PATH          the same as CSV (both may be given)\n"
            "  -h, --help              show this help\n"
            "SIZE is bytes, with an optional K, M, G or T suffix (powers of 1024). A size is\n"
            "rounded down to whole elements (for reducescatter, allgather and alltoall to a\n"
@@ -347,6 +356,8 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
         {"collective", required_argument, NULL, 'C'},
         {"root", required_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
+        {"json", required_argument, NULL, 'J'},
+        {"csv", required_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     *o = (struct perf_opts){
@@ -385,6 +396,8 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
             for (int k = 0; k < o->nops; k++)
                 o->ops[k] = (rcc_redop_t)list[k];
             break;
+        case 'J': o->json_path = optarg; break;
+        case 'V': o->csv_path = optarg; break;
         case 'h': perf_help(); exit(0);
         case ':': perf_usage_error("option '%s' needs a value", argv[optind - 1]);
         default:
@@ -862,28 +875,120 @@ static void perf_header(const struct perf_opts *o)
         [PERF_ALLTOALL] = "algbw*(n-1)/n",
         [PERF_SENDRECV] = "algbw",
     };
-    printf("# %s: %s, %d ranks, ringcc library %d.%d.%d\n", PERF_NAME, what, perf_nranks,
-           version / 10000, version / 100 % 100, version % 100);
-    printf("# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d "
-           "validation: %d mode: %s\n",
-           o->minbytes, o->maxbytes, o->factor, o->warmup, o->iters, o->check,
-           o->inplace ? "in-place" : "out-of-place");
-    printf("# time: median over the iters of each iteration's slowest rank (RCC_MAX of the\n"
-           "#   per-rank CLOCK_MONOTONIC times); algbw = size/time; busbw = %s;\n"
-           "#   #wrong: elements differing from the exact result, all ranks, checked untimed\n",
-           factor[o->coll]);
+    fprintf(perf_text, "# %s: %s, %d ranks, ringcc library %d.%d.%d\n", PERF_NAME, what,
+            perf_nranks, version / 10000, version / 100 % 100, version % 100);
+    fprintf(perf_text,
+            "# minBytes %zu maxBytes %zu step: %zu(factor) warmup iters: %d iters: %d "
+            "validation: %d mode: %s\n",
+            o->minbytes, o->maxbytes, o->factor, o->warmup, o->iters, o->check,
+            o->inplace ? "in-place" : "out-of-place");
+    fprintf(perf_text,
+            "# time: median over the iters of each iteration's slowest rank (RCC_MAX of the\n"
+            "#   per-rank CLOCK_MONOTONIC times); algbw = size/time; busbw = %s;\n"
+            "#   #wrong: elements differing from the exact result, all ranks, checked untimed\n",
+            factor[o->coll]);
     if (o->coll == PERF_REDUCESCATTER)
-        printf("#   size: the whole input (n*count elements); count: elements per rank out\n");
+        fprintf(perf_text,
+                "#   size: the whole input (n*count elements); count: elements per rank out\n");
     if (o->coll == PERF_ALLGATHER)
-        printf("#   size: the whole output (n*count elements); count: elements per rank in\n");
+        fprintf(perf_text,
+                "#   size: the whole output (n*count elements); count: elements per rank in\n");
     if (o->coll == PERF_ALLTOALL)
-        printf("#   size: a rank's whole input (n*count elements); count: elements per peer\n");
+        fprintf(perf_text,
+                "#   size: a rank's whole input (n*count elements); count: elements per peer\n");
     if (o->coll == PERF_SENDRECV)
-        printf("#   each rank sends count elements to rank+1, receives from rank-1 (one group)\n");
-    printf("# rank 0: pid %d on %s\n#\n", (int)getpid(), host);
-    printf("# %10s  %12s  %8s  %6s  %10s  %11s  %11s  %8s\n", "size", "count", "type", "redop",
-           "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
-    fflush(stdout);
+        fprintf(perf_text,
+                "#   each rank sends count elements to rank+1, receives from rank-1 (one group)\n");
+    fprintf(perf_text, "# rank 0: pid %d on %s\n#\n", (int)getpid(), host);
+    fprintf(perf_text, "# %10s  %12s  %8s  %6s  %10s  %11s  %11s  %8s\n", "size", "count", "type",
+            "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    fflush(perf_text);
+}
+
+/* Rank 0's --json/--csv reports (NULL when not asked for). */
+struct perf_reports {
+    report_t *r[2];
+};
+
+static void perf_reports_open(struct perf_reports *rep, const struct perf_opts *o)
+{
+    const char *paths[2] = {o->json_path, o->csv_path};
+    const report_format_t formats[2] = {REPORT_JSON, REPORT_CSV};
+    int version = 0;
+    rcc_get_version(&version);
+    char ver[32];
+    snprintf(ver, sizeof ver, "%d.%d.%d", version / 10000, version / 100 % 100, version % 100);
+    for (int k = 0; k < 2; k++) {
+        rep->r[k] = NULL;
+        if (!paths[k])
+            continue;
+        if (!(rep->r[k] = report_open(paths[k], formats[k], PERF_NAME))) {
+            fprintf(stderr, "%s: cannot write %s: %s\n", PERF_NAME, paths[k], strerror(errno));
+            exit(1);
+        }
+        report_field_t meta[] = {
+            REPORT_S("impl", "ringcc"),
+            REPORT_S("version", ver),
+            REPORT_S("collective", perf_colls[o->coll].name),
+            REPORT_I("nranks", perf_nranks),
+            REPORT_I("root", o->root),
+            REPORT_I("iters", o->iters),
+            REPORT_I("warmup", o->warmup),
+            REPORT_I("check", o->check),
+            REPORT_S("mode", o->inplace ? "in-place" : "out-of-place"),
+            REPORT_S("time", "median over iters of the slowest rank's time"),
+        };
+        report_meta(rep->r[k], meta, (int)(sizeof meta / sizeof meta[0]));
+        report_meta_env(rep->r[k]);
+    }
+}
+
+static void perf_reports_row(struct perf_reports *rep, const struct perf_opts *o, size_t bytes,
+                             size_t count, rcc_datatype_t dt, const char *redop, double t,
+                             double algbw, double busbw, uint64_t wrong)
+{
+    report_field_t row[] = {
+        REPORT_S("collective", perf_colls[o->coll].name),
+        REPORT_I("nranks", perf_nranks),
+        REPORT_I("size", bytes),
+        REPORT_I("count", count),
+        REPORT_S("type", rcc_datatype_name(dt)),
+        REPORT_S("redop", redop),
+        REPORT_D("time_us", t * 1e6),
+        REPORT_D("algbw_GBps", algbw),
+        REPORT_D("busbw_GBps", busbw),
+        o->check ? REPORT_I("wrong", wrong) : REPORT_NIL("wrong"),
+    };
+    for (int k = 0; k < 2; k++)
+        if (rep->r[k])
+            report_row(rep->r[k], row, (int)(sizeof row / sizeof row[0]));
+}
+
+static void perf_reports_close(struct perf_reports *rep, uint64_t wrong, double avg_busbw)
+{
+    report_field_t sum[] = {REPORT_I("wrong", wrong), REPORT_D("avg_busbw_GBps", avg_busbw)};
+    for (int k = 0; k < 2; k++)
+        if (report_close(rep->r[k], sum, 2) != 0) {
+            fprintf(stderr, "%s: writing the report failed: %s\n", PERF_NAME, strerror(errno));
+            exit(1);
+        }
+}
+
+/* The size after `size` in the sweep, or SIZE_MAX past the last. */
+static size_t perf_next_size(const struct perf_opts *o, size_t size)
+{
+    if (size == 0)
+        return 1;
+    return size > o->maxbytes / o->factor ? SIZE_MAX : size * o->factor;
+}
+
+/* The rows a sweep will print, for the progress line. */
+static int perf_nrows(const struct perf_opts *o)
+{
+    int sizes = 0;
+    for (size_t size = o->minbytes; size <= o->maxbytes; size = perf_next_size(o, size))
+        sizes++;
+    return sizes * o->ndtypes * (perf_colls[o->coll].has_op ? o->nops : 1);
 }
 
 int main(int argc, char **argv)
@@ -912,8 +1017,16 @@ int main(int argc, char **argv)
     b.times = perf_alloc((size_t)o.iters * sizeof(double));
     b.maxtimes = perf_alloc((size_t)o.iters * sizeof(double));
 
-    if (perf_rank == 0)
+    int to_stdout =
+        (o.json_path && !strcmp(o.json_path, "-")) || (o.csv_path && !strcmp(o.csv_path, "-"));
+    perf_text = to_stdout ? stderr : stdout;
+    struct perf_reports rep = {{NULL, NULL}};
+    int row_no = 0;
+    if (perf_rank == 0) {
         perf_header(&o);
+        perf_reports_open(&rep, &o);
+        ttyprogress_start(perf_nrows(&o));
+    }
 
     const int has_op = perf_colls[o.coll].has_op;
     const size_t blocks = perf_colls[o.coll].blocks ? (size_t)perf_nranks : 1;
@@ -926,8 +1039,8 @@ int main(int argc, char **argv)
         for (int oi = 0; oi < (has_op ? o.nops : 1); oi++) {
             rcc_redop_t op = has_op ? o.ops[oi] : RCC_SUM; /* not passed without has_op */
             perf_periods(&b, &o, dt, op);
-            for (size_t size = o.minbytes; size <= o.maxbytes;) {
-                size_t count = size / esz / blocks; /* as passed to the API */
+            for (size_t size = o.minbytes; size <= o.maxbytes;) { /* SIZE_MAX: past the last */
+                size_t count = size / esz / blocks;               /* as passed to the API */
                 size_t bytes = count * blocks * esz;
                 uint64_t wrong = 0;
                 struct perf_call c = perf_call_bufs(&b, &o, count, esz);
@@ -956,30 +1069,33 @@ int main(int argc, char **argv)
                         snprintf(wbuf, sizeof wbuf, "%" PRIu64, wrong);
                     else
                         snprintf(wbuf, sizeof wbuf, "N/A");
-                    printf("  %10zu  %12zu  %8s  %6s  %10.2f  %11.3f  %11.3f  %8s\n", bytes, count,
-                           rcc_datatype_name(dt), has_op ? rcc_redop_name(op) : "none", t * 1e6,
-                           algbw, busbw, wbuf);
-                    fflush(stdout);
+                    const char *redop = has_op ? rcc_redop_name(op) : "none";
+                    fprintf(perf_text, "  %10zu  %12zu  %8s  %6s  %10.2f  %11.3f  %11.3f  %8s\n",
+                            bytes, count, rcc_datatype_name(dt), redop, t * 1e6, algbw, busbw,
+                            wbuf);
+                    fflush(perf_text);
+                    perf_reports_row(&rep, &o, bytes, count, dt, redop, t, algbw, busbw, wrong);
+                    char what[96];
+                    snprintf(what, sizeof what, "%s %s %s %zu bytes: %.3f GB/s busbw",
+                             perf_colls[o.coll].name, rcc_datatype_name(dt), redop, bytes, busbw);
+                    ttyprogress_step(++row_no, what);
                     if (count > 0) { /* no-op rows would drag the average to 0 */
                         bw_sum += busbw;
                         bw_rows++;
                     }
                 }
-                if (size == 0)
-                    size = 1;
-                else if (size > o.maxbytes / o.factor)
-                    break;
-                else
-                    size *= o.factor;
+                size = perf_next_size(&o, size);
             }
         }
     }
 
     if (perf_rank == 0) {
-        printf("# Out of bounds values : %" PRIu64 " %s\n", total_wrong,
-               total_wrong ? "FAILED" : "OK");
-        printf("# Avg bus bandwidth    : %g\n#\n", bw_rows ? bw_sum / bw_rows : 0.0);
-        fflush(stdout);
+        ttyprogress_end();
+        fprintf(perf_text, "# Out of bounds values : %" PRIu64 " %s\n", total_wrong,
+                total_wrong ? "FAILED" : "OK");
+        fprintf(perf_text, "# Avg bus bandwidth    : %g\n#\n", bw_rows ? bw_sum / bw_rows : 0.0);
+        fflush(perf_text);
+        perf_reports_close(&rep, total_wrong, bw_rows ? bw_sum / bw_rows : 0.0);
     }
     /* Keep every rank until rank 0 has printed: a rank exiting 1 early makes ringcc-run stop
      * the others, which could lose the summary above. */

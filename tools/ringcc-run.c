@@ -190,6 +190,8 @@ static void run_help(void)
         "  RCC_ROOT     127.0.0.1:PORT, where rank 0 serves the rendezvous; PORT is a port\n"
         "               that was free when the launcher started (bound to port 0, read, closed)\n"
         "  RCC_SECRET   64 random hex characters (getrandom), the job secret\n"
+        "  RCC_RUN_TTY  1 when the launcher's stderr is a terminal (benchmarks then show\n"
+        "               progress on /dev/tty, past the line-by-line relay)\n"
         "RCC_ROOT and RCC_SECRET are left as they are when already set (and not empty); the\n"
         "rest of the environment is passed on unchanged.\n"
         "\n"
@@ -382,6 +384,8 @@ static void run_setup_env(void)
         if (setenv("RCC_SECRET", buf, 1) != 0)
             run_oom();
     }
+    if (isatty(STDERR_FILENO) && setenv("RCC_RUN_TTY", "1", 1) != 0)
+        run_oom();
 }
 
 /* Pipes for 1024 ranks need more descriptors than the usual soft limit of 1024. The ranks get

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""ringcc-perf --json/--csv on a 2-rank sweep, and bench/plot_busbw.py drawing them with
+the kept comparison tables (bench/results/) and a link line.
+
+Usage: test_report.py RINGCC_RUN RINGCC_PERF SOURCE_ROOT
+Checks: the JSON parses, holds the metadata and one row per size with the table's
+numbers; the CSV has the same rows; '--json -' moves the table to stderr; the SVG parses
+as XML and has both axis labels, a legend entry per series and link, and a line per series.
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+run, perf, root = sys.argv[1:4]
+plot = os.path.join(root, "bench", "plot_busbw.py")
+results = os.path.join(root, "bench", "results")
+failures = []
+
+
+def check(ok, what):
+    print(("ok: " if ok else "FAIL: ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def job(*extra):
+    return subprocess.run([run, "-n", "2", "-t", "60", "-q", perf, "-b", "1K", "-e", "256K",
+                           "-f", "16", "-n", "2", "-w", "0"] + list(extra),
+                          capture_output=True, text=True, timeout=90)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    js, cs = os.path.join(tmp, "r.json"), os.path.join(tmp, "r.csv")
+    p = job("--json", js, "--csv", cs)
+    check(p.returncode == 0, "ringcc-perf --json --csv ran (%d): %s" % (p.returncode, p.stderr))
+    table = [line.split() for line in p.stdout.splitlines()
+             if line.strip() and not line.startswith("#")]
+    doc = json.load(open(js))
+    rows = doc["rows"]
+    check(doc["tool"] == "ringcc-perf" and doc["meta"]["nranks"] == 2
+          and doc["meta"]["collective"] == "allreduce", "JSON metadata")
+    check([r["size"] for r in rows] == [1024, 16384, 262144], "JSON rows: one per size")
+    check(len(table) == len(rows) and all(
+        int(t[0]) == r["size"] and abs(float(t[6]) - r["busbw_GBps"]) <= 0.0015
+        for t, r in zip(table, rows)), "JSON rows hold the table's numbers")
+    check(doc["summary"]["wrong"] == 0 and "RCC_SECRET" not in doc["meta"]["env"],
+          "JSON summary; the job secret is left out")
+    lines = open(cs).read().splitlines()
+    crow = list(csv.DictReader(x for x in lines if not x.startswith("#")))
+    check([int(r["size"]) for r in crow] == [r["size"] for r in rows]
+          and all(float(c["busbw_GBps"]) == r["busbw_GBps"] for c, r in zip(crow, rows)),
+          "CSV rows equal the JSON rows")
+    check("# tool: ringcc-perf" in lines and "# nranks: 2" in lines, "CSV metadata lines")
+
+    p = job("--json", "-")
+    ok = p.returncode == 0
+    try:
+        ok = ok and len(json.loads(p.stdout)["rows"]) == 3 and "busbw(GB/s)" in p.stderr
+    except ValueError:
+        ok = False
+    check(ok, "--json -: the JSON alone on stdout, the table on stderr")
+
+    svg = os.path.join(tmp, "plot.svg")
+    p = subprocess.run([sys.executable, plot, "-o", svg, js, cs,
+                        os.path.join(results, "netlab-1gbit-4.csv"),
+                        os.path.join(results, "netlab-10gbit-4.md"),
+                        "-l", "json run", "-l", "csv run", "--link", "1 Gbit/s line rate=0.125"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, "plot_busbw.py ran: %s" % p.stderr)
+    tree = ET.parse(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    texts = ["".join(t.itertext()) for t in tree.iter(ns + "text")]
+    check(any("message size" in t for t in texts) and any("GB/s" in t and "bandwidth" in t
+                                                          for t in texts), "both axis labels")
+    for want in ("json run", "csv run", "ringcc", "ompi", "gloo", "1 Gbit/s line rate: 0.125 GB/s",
+                 "iperf3-single"):
+        check(any(want in t for t in texts), "legend has %r" % want)
+    check(any(t.endswith(" MiB") for t in texts) and any(t.endswith(" KiB") for t in texts),
+          "size ticks in KiB and MiB")
+    series = len(tree.findall(".//%spath" % ns))
+    check(series >= 2 + 4 + 4, "a line per series (%d)" % series)
+    bad = subprocess.run([sys.executable, plot, os.path.join(root, "README.md")],
+                         capture_output=True, text=True)
+    check(bad.returncode != 0, "a file with no table is refused")
+
+sys.exit(1 if failures else 0)
