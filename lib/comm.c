@@ -339,6 +339,7 @@ static void comm_free(struct rcc_comm *comm)
         free(comm->p2p.lane[l].out_seq); /* holds all four counters */
     }
     rcci_ring_close(comm);
+    rcci_timeline_close(comm->tl);
     for (int i = 0; rcci_transports[i] && i < COMM_MAX_TRANSPORTS; i++)
         if (comm->tctx[i])
             rcci_transports[i]->fini(comm->tctx[i]);
@@ -390,6 +391,10 @@ static rcc_result_t comm_setup(struct rcc_comm *comm)
             RCC_FAIL(RCC_ERR_NO_MEMORY, "%d receive slots of %zu bytes", comm->slots,
                      comm->chunk_bytes);
     }
+    /* Every rank left the barrier above within a message's latency of the
+     * others: the moment the timeline merge aligns the ranks' clocks on. */
+    comm->tl = rcci_timeline_open(comm);
+    RCCI_TL(comm, rcci_tl_sync(comm->tl));
     RCC_CHECK(rcci_progress_start(comm));
     char addr[80];
     rcci_addr_format(rcci_bootstrap_local_addr(comm->bootstrap), addr, sizeof addr);

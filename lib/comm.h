@@ -13,6 +13,7 @@
 #include "coll/schedule.h"
 #include "err.h"
 #include "ringcc.h"
+#include "timeline.h"
 #include "transport.h"
 
 /* Point-to-point connections come in lanes: the user's sends and receives,
@@ -181,6 +182,7 @@ struct rcc_comm {
     rcc_result_t broken; /* sticky failure: later operations fail at once */
     char broken_text[RCCI_ERR_TEXT_BYTES];
     char last_error[RCCI_ERR_TEXT_BYTES];
+    rcci_timeline_t *tl; /* RCC_TIMELINE's recorder; NULL when off (timeline.h) */
 };
 
 /* Checks the caller's rcc_config_t (NULL: nothing to check). Reads `size`
@@ -345,6 +347,8 @@ rcc_result_t rcci_p2p_rounds_start(struct rcc_comm *comm, rcci_op_t *op, const c
 /* RCC_ALGO's value: 1 with *algo set for a forced algorithm, 0 for
  * "auto", -1 for anything else. */
 int rcci_allreduce_algo_named(const char *name, rcci_allreduce_algo_t *algo);
+/* "ring", "rabenseifner", "rd" or "direct" (RCC_ALGO's names). */
+const char *rcci_allreduce_algo_name(int algo);
 /* The algorithm for an allreduce of `bytes` per rank on `comm` (RCC_ALGO,
  * RCC_SMALL_MAX_BYTES, RCC_MID_MAX_BYTES): the same answer on every rank. */
 rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t bytes);

@@ -19,6 +19,9 @@
       "bootstrap, net, coll, p2p, cuda, env, timeline; ^list: all but those (warnings always "     \
       "show)")                                                                                     \
     X(DEBUG_FILE, STR, "", 0, 0, "log to this file instead of stderr; %h = host, %p = pid")        \
+    X(TIMELINE, STR, "", 0, 0,                                                                     \
+      "write a Chrome-trace/Perfetto JSON timeline of every operation and step per rank to this "  \
+      "path (%r = rank, %h = host, %p = pid); tools/ringcc-timeline merges the ranks' files")      \
     X(TIMEOUT, INT, "300", 1, 86400,                                                               \
       "seconds any wait may go without progress before it fails with RCC_ERR_TIMEOUT")             \
     X(STALL_WARN, INT, "60", 0, 86400,                                                             \

@@ -258,6 +258,7 @@ static rcc_result_t exec_advance(struct rcc_comm *comm, rcci_op_t *op, rcci_exec
 
 static void exec_finish(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec)
 {
+    RCCI_TL(comm, rcci_tl_op(comm->tl, op));
     if (op->on_stream)
         rcci_stream_exec_finish(comm, exec);
     else
@@ -437,7 +438,10 @@ static void *progress_main(void *arg)
         } else if (now - idle_since < spin_ns) {
             sched_yield(); /* as in rcci_progress_run_inline */
         } else {
+            int64_t slept = 0;
+            RCCI_TL(comm, slept = rcci_tl_sleep(comm->tl));
             progress_sleep(comm, comm->poll_ms > 0 ? comm->poll_ms : ACTIVE_WAIT_MS);
+            RCCI_TL(comm, rcci_tl_woke(comm->tl, slept));
             idle_since = rcci_now_ns();
         }
     }
@@ -531,7 +535,10 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
         }
         /* The eventfd is in the set too: an abort wakes this wait. */
         struct epoll_event ev[16];
+        int64_t waited = 0;
+        RCCI_TL(comm, waited = rcci_tl_sleep(comm->tl));
         epoll_wait(comm->epoll_fd, ev, 16, comm->poll_ms > 0 ? comm->poll_ms : ACTIVE_WAIT_MS);
+        RCCI_TL(comm, rcci_tl_woke(comm->tl, waited));
         idle_since = rcci_now_ns();
         slept = 1;
     }

@@ -27,24 +27,33 @@
 #include "params.h"
 #include "reduce.h"
 
-int rcci_allreduce_algo_named(const char *name, rcci_allreduce_algo_t *algo)
-{
-    static const struct {
-        const char *name;
-        rcci_allreduce_algo_t algo;
-    } forced[] = {{"ring", RCCI_ALLREDUCE_RING},
+static const struct {
+    const char *name;
+    rcci_allreduce_algo_t algo;
+} algo_names[] = {{"ring", RCCI_ALLREDUCE_RING},
                   {"rabenseifner", RCCI_ALLREDUCE_RABENSEIFNER},
                   {"rd", RCCI_ALLREDUCE_RD},
                   {"direct", RCCI_ALLREDUCE_DIRECT}};
+
+int rcci_allreduce_algo_named(const char *name, rcci_allreduce_algo_t *algo)
+{
     if (!strcmp(name, "auto"))
         return 0;
-    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
-        if (!strcmp(name, forced[i].name)) {
-            *algo = forced[i].algo;
+    for (size_t i = 0; i < sizeof algo_names / sizeof algo_names[0]; i++) {
+        if (!strcmp(name, algo_names[i].name)) {
+            *algo = algo_names[i].algo;
             return 1;
         }
     }
     return -1;
+}
+
+const char *rcci_allreduce_algo_name(int algo)
+{
+    for (size_t i = 0; i < sizeof algo_names / sizeof algo_names[0]; i++)
+        if ((int)algo_names[i].algo == algo)
+            return algo_names[i].name;
+    return "?";
 }
 
 rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t bytes)
@@ -204,8 +213,11 @@ static int rounds_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t 
 {
     rounds_t *a = state;
     int body = a->rabenseifner ? 2 * a->levels : a->levels;
-    if (a->round >= 0)
+    if (a->round >= 0) {
+        int64_t t0 = rcci_tl_now(comm->tl);
         rounds_reduce(comm, a);
+        RCCI_TL(comm, rcci_tl_work(comm->tl, "reduce", t0, a->op->count * a->esize));
+    }
     if (++a->round > body + 1)
         return 1;
     rounds_plan(comm, a, msgs, nmsgs);

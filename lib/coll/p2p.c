@@ -38,6 +38,7 @@ typedef struct {
     rcci_request_t *req;
     uint32_t seq;
     int state;
+    int64_t posted_ns; /* for RCC_TIMELINE */
 } p2p_state_t;
 
 struct rcci_exec {
@@ -96,7 +97,7 @@ static void p2p_number(struct rcc_comm *comm, rcci_exec_t *x)
     for (int i = 0; i < x->nmsgs; i++) {
         const rcci_p2p_msg_t *m = &x->msgs[i];
         rcci_p2p_lane_t *lane = &comm->p2p.lane[m->lane];
-        x->st[i] = (p2p_state_t){NULL, 0, P2P_WAITING};
+        x->st[i] = (p2p_state_t){NULL, 0, P2P_WAITING, 0};
         if (m->peer != comm->rank)
             x->st[i].seq = m->is_send ? lane->out_seq[m->peer]++ : lane->in_seq[m->peer]++;
     }
@@ -240,6 +241,7 @@ again:
                                  : p->tr->irecv(conn, m->buf, m->bytes, &tag, NULL, &st->req);
                 if (res == RCC_SUCCESS)
                     st->state = P2P_POSTED, (*next)++, *progressed = 1;
+                st->posted_ns = rcci_tl_now(comm->tl);
             }
         }
         if (res == RCC_SUCCESS && st->state == P2P_POSTED) {
@@ -247,8 +249,12 @@ again:
             res = p->tr->test(st->req, &complete);
             if (res != RCC_SUCCESS)
                 st->req = NULL;
-            else if (complete)
+            else if (complete) {
                 st->state = P2P_DONE, st->req = NULL, *progressed = 1;
+                RCCI_TL(comm,
+                        rcci_tl_msg(comm->tl, m->is_send ? RCCI_TL_P2P_SEND : RCCI_TL_P2P_RECV,
+                                    st->posted_ns, m->peer, m->bytes, st->seq));
+            }
         }
         if (res != RCC_SUCCESS)
             return p2p_fail(comm, x, res, i);
@@ -353,7 +359,7 @@ static rcc_result_t p2p_probe_all(struct rcc_comm *comm, int notices_only)
             rcci_conn_t *conns[2];
             p2p_conns(lane, r, conns);
             for (int i = 0; i < 2; i++) {
-                rcc_result_t res = !conns[i]     ? RCC_SUCCESS
+                rcc_result_t res = !conns[i]      ? RCC_SUCCESS
                                    : notices_only ? rcci_conn_notice(p->tr, conns[i])
                                                   : p->tr->probe(conns[i]);
                 if (res == RCC_SUCCESS)

@@ -189,10 +189,15 @@ static rcc_result_t pipe_reap(struct rcc_comm *comm, rcci_exec_t *x, int sends, 
             if (!complete)
                 break;
             *req = NULL;
+            RCCI_TL(comm,
+                    rcci_tl_done(comm->tl, sends ? RCCI_TL_SEND : RCCI_TL_RECV, *done, op->seq));
         }
-        if (!sends && step.local && step.count > 0)
+        if (!sends && step.local && step.count > 0) {
+            int64_t t0 = rcci_tl_now(comm->tl);
             rcci_reduce(step.out, step.local, pipe_slot(comm, *done), step.count, op->dtype,
                         op->redop, step.divisor);
+            RCCI_TL(comm, rcci_tl_work(comm->tl, "reduce", t0, step.count * x->sched.esize));
+        }
         (*done)++;
         *progressed = 1;
     }
@@ -378,7 +383,9 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progr
         goto check;
     }
     if (!x->local_done) {
+        int64_t t0 = rcci_tl_now(comm->tl);
         rcci_schedule_local(&x->sched);
+        RCCI_TL(comm, rcci_tl_work(comm->tl, "copy", t0, 0));
         x->local_done = *progressed = 1;
     }
     res = pipe_reap(comm, x, 0, progressed);
@@ -389,11 +396,12 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progr
         rcci_schedule_recv(&x->sched, x->recv_posted, &step);
         if (step.count > 0) { /* empty steps are skipped on both sides */
             void *dst = step.local ? pipe_slot(comm, x->recv_posted) : step.dst;
-            res = rl->tr->irecv(rl->conns[x->recv_posted % x->nconns], dst,
-                                step.count * esize, &x->tag, NULL,
-                                &x->rreq[x->recv_posted % slots]);
+            res = rl->tr->irecv(rl->conns[x->recv_posted % x->nconns], dst, step.count * esize,
+                                &x->tag, NULL, &x->rreq[x->recv_posted % slots]);
             if (res != RCC_SUCCESS)
                 return pipe_fail(comm, x, res, x->recv_posted, 0);
+            RCCI_TL(comm, rcci_tl_post(comm->tl, RCCI_TL_RECV, x->recv_posted, rl->peer,
+                                       step.count * esize));
         }
         x->recv_posted++;
         *progressed = 1;
@@ -407,11 +415,12 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progr
         if (step.dep >= 0 && (size_t)step.dep >= x->recv_done)
             break; /* what it forwards has not arrived (or been reduced) yet */
         if (step.count > 0) {
-            res = sl->tr->isend(sl->conns[x->send_posted % x->nconns], step.src,
-                                step.count * esize, &x->tag, NULL,
-                                &x->sreq[x->send_posted % slots]);
+            res = sl->tr->isend(sl->conns[x->send_posted % x->nconns], step.src, step.count * esize,
+                                &x->tag, NULL, &x->sreq[x->send_posted % slots]);
             if (res != RCC_SUCCESS)
                 return pipe_fail(comm, x, res, x->send_posted, 1);
+            RCCI_TL(comm, rcci_tl_post(comm->tl, RCCI_TL_SEND, x->send_posted, sl->peer,
+                                       step.count * esize));
         }
         x->send_posted++;
         *progressed = 1;
