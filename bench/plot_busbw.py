@@ -228,16 +228,19 @@ def svg(data, title, width, height):
                        '</title></circle>' % (px(s), py(b), color, escape(label), human(s),
                                               fmt_gbps(b)))
         legend.append((label, color, False))
-    # Legend: top left inside the plot, where small sizes leave the bandwidth low.
-    lw = 16 + 8 * max(len(t) for t, _, _ in legend)
+    # Legend: bottom right inside the plot, where large sizes at low bandwidth would be
+    # (the corner curves rarely reach).
+    lw = 70 + 7 * max(len(t) for t, _, _ in legend)
+    lh = 8 + 20 * len(legend)
+    lx, ly = left + pw - lw - 10, top + ph - lh - 10
     out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="white" fill-opacity="0.9" '
-               'stroke="#999"/>' % (left + 10, top + 10, lw, 8 + 20 * len(legend)))
+               'stroke="#999"/>' % (lx, ly, lw, lh))
     for k, (text, color, dashed) in enumerate(legend):
-        y = top + 24 + 20 * k
+        y = ly + 14 + 20 * k
         out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>'
-                   % (left + 18, y, left + 42, y, color,
+                   % (lx + 8, y, lx + 32, y, color,
                       ' stroke-dasharray="6,4"' if dashed else ""))
-        out.append('<text x="%d" y="%d">%s</text>' % (left + 50, y + 4, escape(text)))
+        out.append('<text x="%d" y="%d">%s</text>' % (lx + 40, y + 4, escape(text)))
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
