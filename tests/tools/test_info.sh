@@ -47,4 +47,13 @@ if grep -E '^  [a-z]+ +not usable' <<<"$full" | grep -qvE 'not usable: .{10,}'; 
 fi
 echo "ok: sections"
 "$info" --bogus >/dev/null 2>&1 && fail "--bogus accepted"
+
+# docs/env.md carries the generated table as the program prints it.
+generated=$(sed -n '/^<!-- generated: ringcc-info --markdown -->$/,/^<!-- end of generated part -->$/p' "$root/docs/env.md" | sed '1d;$d')
+if [[ $generated != "$md" ]]; then
+    fail "docs/env.md's table differs from ringcc-info --markdown (regenerate it; see the page)"
+    diff <(echo "$generated") <(echo "$md") >&2 || true
+else
+    echo "ok: docs/env.md is current"
+fi
 exit $status
