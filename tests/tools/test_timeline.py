@@ -108,6 +108,12 @@ with tempfile.TemporaryDirectory() as tmp:
     spread = max(off.values()) - min(off.values())
     check(spread < 5000, "--clock ops agrees with the shared clock within %.0f us" % spread)
 
+    p = subprocess.run(merge + ["--summary"] + files(tmp, "ar"), capture_output=True, text=True)
+    table = [line.split() for line in p.stdout.splitlines()[1:]]
+    check(p.returncode == 0 and [int(t[0]) for t in table] == [0, 1, 2, 3] and
+          all(float(t[6]) > 8 and float(t[7]) > 8 for t in table),
+          "--summary: a line per rank, with the 8 MiB allreduces' bytes sent and received")
+
     # A crash in the middle of a run.
     proc = job(tmp, "crash", "-b", "1M", "-e", "1M", "-n", "100000", "-w", "0", wait=False)
     victim, deadline = None, time.time() + 60
