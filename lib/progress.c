@@ -259,6 +259,12 @@ static rcc_result_t exec_advance(struct rcc_comm *comm, rcci_op_t *op, rcci_exec
 static void exec_finish(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec)
 {
     RCCI_TL(comm, rcci_tl_op(comm->tl, op));
+    RCC_TRACE("%s #%u (count %zu, %s, %s, root %d%s%s) ran %.1f us",
+              op->coll == RCCI_COLL_P2P ? "point-to-point" : rcci_coll_name(op->coll), op->seq,
+              op->count, rcc_datatype_name(op->dtype), rcc_redop_name(op->redop), op->root,
+              op->coll == RCCI_COLL_ALLREDUCE ? ", " : "",
+              op->coll == RCCI_COLL_ALLREDUCE ? rcci_allreduce_algo_name(op->algo) : "",
+              (rcci_now_ns() - op->started_ns) / 1e3);
     if (op->on_stream)
         rcci_stream_exec_finish(comm, exec);
     else
