@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#define RCCI_LOG_SUBSYS RCCI_SUBSYS_CUDA /* log.h: the subsystem of this file's lines */
 #include "clock.h"
 #include "comm.h"
 #include "devapi.h"
