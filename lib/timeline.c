@@ -68,7 +68,9 @@ struct rcci_timeline {
  * so the file holds one whole JSON array before and after. Under the lock. */
 static void tl_flush_locked(tl_file_t *f)
 {
-    if (f->len == 0 || f->fd < 0)
+    if (f->fd < 0)
+        f->len = 0; /* writing failed before: events are dropped */
+    if (f->len == 0)
         return;
     memcpy(f->buf + f->len, "\n]", 2); /* the buffer keeps room for these */
     ssize_t w = pwrite(f->fd, f->buf, f->len + 2, f->end);

@@ -114,6 +114,13 @@ with tempfile.TemporaryDirectory() as tmp:
           all(float(t[6]) > 8 and float(t[7]) > 8 for t in table),
           "--summary: a line per rank, with the 8 MiB allreduces' bytes sent and received")
 
+    # A file that cannot be made: a warning, and the job runs without a timeline.
+    p = subprocess.run([run, "-n", "2", "-t", "60", perf, "-b", "1K", "-e", "1K", "-n", "1"],
+                       env=dict(os.environ, RCC_TIMELINE=os.path.join(tmp, "no", "such", "x.json")),
+                       capture_output=True, text=True, timeout=90)
+    check(p.returncode == 0 and "RCC_TIMELINE: cannot write" in p.stderr,
+          "an unwritable RCC_TIMELINE path warns and the job runs")
+
     # A crash in the middle of a run.
     proc = job(tmp, "crash", "-b", "1M", "-e", "1M", "-n", "100000", "-w", "0", wait=False)
     victim, deadline = None, time.time() + 60
