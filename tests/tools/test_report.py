@@ -10,6 +10,8 @@ as XML and has both axis labels, a legend entry per series and link, and a line 
 import csv
 import json
 import os
+import pty
+import socket
 import subprocess
 import sys
 import tempfile
@@ -63,6 +65,29 @@ with tempfile.TemporaryDirectory() as tmp:
     except ValueError:
         ok = False
     check(ok, "--json -: the JSON alone on stdout, the table on stderr")
+
+    check("\033[K" not in p.stderr, "no progress line into a pipe")
+    # One rank with its stderr on a terminal (a pseudo-terminal here): the progress line.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    master, slave = pty.openpty()
+    env = dict(os.environ, RCC_RANK="0", RCC_NRANKS="1", RCC_ROOT="127.0.0.1:%d" % port)
+    p = subprocess.run([perf, "-b", "1K", "-e", "64K", "-f", "4", "-n", "1", "-w", "0"], env=env,
+                       stdout=subprocess.PIPE, stderr=slave, timeout=60)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the terminal's other side is gone: all read
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    check(p.returncode == 0 and b"[4/4] allreduce float32 sum 65536 bytes" in seen
+          and seen.endswith(b"\r\033[K"), "a terminal gets the progress line, erased at the end")
 
     svg = os.path.join(tmp, "plot.svg")
     p = subprocess.run([sys.executable, plot, "-o", svg, js, cs,
