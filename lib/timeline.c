@@ -20,10 +20,11 @@
 #define TL_EVENT_BYTES 768       /* one event's text, at most */
 #define TL_LANES 16              /* rows per direction that overlapping steps are packed into */
 #define TL_TIDS_PER_COMM 100     /* each communicator of the process has a block of rows */
-#define TL_TID_OPS 0
-#define TL_TID_WAIT 1
-#define TL_TID_WORK 2
-#define TL_TID_LANES 10 /* + dir * TL_LANES + lane */
+#define TL_TID_OPS 0 /* + lane: operations may overlap (point-to-point beside a collective) */
+#define TL_TID_WAIT 20
+#define TL_TID_WORK 21
+#define TL_TID_STEPS 30 /* + dir * TL_LANES + lane */
+#define TL_KIND_OPS 4   /* after the four rcci_tl_dir_t: the rows of operations */
 #define TL_MAX_SLOTS 64 /* RCC_SLOTS' upper bound */
 
 /* The process's file, shared by its communicators. */
@@ -42,7 +43,7 @@ static tl_file_t *tl_the_file;
 static pthread_mutex_t tl_open_lock = PTHREAD_MUTEX_INITIALIZER;
 static char tl_host[64];
 
-static const char *const tl_dir_names[] = {"send", "recv", "p2p send", "p2p recv"};
+static const char *const tl_kind_names[] = {"send", "recv", "p2p send", "p2p recv", "operations"};
 
 /* A ring chunk in flight. */
 typedef struct {
@@ -60,8 +61,8 @@ struct rcci_timeline {
     uint64_t comm_id;
     size_t slots;
     tl_slot_t slot[2][TL_MAX_SLOTS]; /* ring chunks in flight, by direction and item % slots */
-    int64_t lane_end[4][TL_LANES];
-    uint32_t lane_named[4]; /* bit l: lane l's name was written */
+    int64_t lane_end[TL_KIND_OPS + 1][TL_LANES];
+    uint32_t lane_named[TL_KIND_OPS + 1]; /* bit l: lane l's name was written */
 };
 
 /* Writes the buffer and a new closing bracket over the old one: one pwrite,
@@ -205,7 +206,6 @@ rcci_timeline_t *rcci_timeline_open(const struct rcc_comm *comm)
     tl->nranks = comm->nranks;
     tl->comm_id = comm->comm_id;
     tl->slots = (size_t)comm->slots < TL_MAX_SLOTS ? (size_t)comm->slots : TL_MAX_SLOTS;
-    tl_name_row(tl, tl->tid_base + TL_TID_OPS, "operations");
     tl_name_row(tl, tl->tid_base + TL_TID_WAIT, "engine waits");
     tl_name_row(tl, tl->tid_base + TL_TID_WORK, "reduce / copy");
     return tl;
@@ -234,6 +234,28 @@ void rcci_tl_sync(rcci_timeline_t *tl)
     tl_flush(tl->file);
 }
 
+/* The row for a slice of `kind` from `start` to `now`: the first of the
+ * kind's rows that is free by then. Slices of a kind end in the order they
+ * are recorded, so no row holds overlapping slices (which trace viewers
+ * draw badly). */
+static int tl_row(rcci_timeline_t *tl, int kind, int64_t start, int64_t now)
+{
+    int lane = 0;
+    while (lane < TL_LANES - 1 && tl->lane_end[kind][lane] > start)
+        lane++;
+    tl->lane_end[kind][lane] = now;
+    int tid = tl->tid_base +
+              (kind == TL_KIND_OPS ? TL_TID_OPS + lane : TL_TID_STEPS + kind * TL_LANES + lane);
+    if (!(tl->lane_named[kind] >> lane & 1u)) {
+        char row[32];
+        snprintf(row, sizeof row, lane || kind != TL_KIND_OPS ? "%s %d" : "%s", tl_kind_names[kind],
+                 lane);
+        tl_name_row(tl, tid, row);
+        tl->lane_named[kind] |= 1u << lane;
+    }
+    return tid;
+}
+
 void rcci_tl_op(rcci_timeline_t *tl, const struct rcci_op *op)
 {
     int64_t now = rcci_now_ns();
@@ -249,31 +271,19 @@ void rcci_tl_op(rcci_timeline_t *tl, const struct rcci_op *op)
              "\"tid\":%d,\"args\":{\"seq\":%u,\"count\":%zu,\"bytes\":%zu,\"dtype\":\"%s\","
              "\"redop\":\"%s\",\"root\":%d,\"algo\":\"%s\",\"rank\":%d,\"comm\":\"%016llx\"}}",
              name, tl_us(op->started_ns), tl_us(now - op->started_ns), tl->file->pid,
-             tl->tid_base + TL_TID_OPS, op->seq, op->count, op->count * esize,
+             tl_row(tl, TL_KIND_OPS, op->started_ns, now), op->seq, op->count, op->count * esize,
              rcc_datatype_name(op->dtype), rcc_redop_name(op->redop), op->root,
              op->coll == RCCI_COLL_ALLREDUCE ? rcci_allreduce_algo_name(op->algo) : "-", tl->rank,
              (unsigned long long)tl->comm_id);
     tl_flush(tl->file);
 }
 
-/* A step of `dir` from start to now, on the first of the direction's rows
- * that is free by then: steps end in the order they are recorded, so rows
- * never hold overlapping slices (which trace viewers draw badly). */
+/* A step of `dir` from start to now. */
 static void tl_step(rcci_timeline_t *tl, rcci_tl_dir_t dir, int64_t start, int peer, size_t bytes,
                     uint32_t seq, size_t item)
 {
     int64_t now = rcci_now_ns();
-    int lane = 0;
-    while (lane < TL_LANES - 1 && tl->lane_end[dir][lane] > start)
-        lane++;
-    tl->lane_end[dir][lane] = now;
-    int tid = tl->tid_base + TL_TID_LANES + (int)dir * TL_LANES + lane;
-    if (!(tl->lane_named[dir] >> lane & 1u)) {
-        char row[32];
-        snprintf(row, sizeof row, "%s %d", tl_dir_names[dir], lane);
-        tl_name_row(tl, tid, row);
-        tl->lane_named[dir] |= 1u << lane;
-    }
+    int tid = tl_row(tl, (int)dir, start, now);
     int to = dir == RCCI_TL_SEND || dir == RCCI_TL_P2P_SEND;
     tl_event(tl->file,
              "{\"name\":\"%s\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,"
