@@ -7,20 +7,14 @@ Medians over the rounds per implementation and size; writes OUT_PREFIX.md and OU
 Standard library only (no plotting package needed).
 """
 import csv
-import math
 import statistics
 import sys
 from collections import defaultdict
 
+import plot_busbw  # bench/, beside this script
+from plot_busbw import human
+
 IMPLS = ["ringcc", "ompi", "ompi-ring", "gloo"]
-COLORS = {"ringcc": "#d62728", "ompi": "#1f77b4", "ompi-ring": "#17becf", "gloo": "#2ca02c"}
-
-
-def human(nbytes):
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= div and nbytes % div == 0:
-            return "%d %s" % (nbytes // div, unit)
-    return "%d B" % nbytes
 
 
 def load(path):
@@ -91,50 +85,13 @@ def table(times, bws, link, impls, sizes, nranks, rate, command, wrong, rounds):
 
 
 def svg(bws, link, impls, sizes, nranks, rate):
-    W, H, L, R, T, B = 820, 500, 70, 150, 40, 50
-    xs = [math.log2(s) for s in sizes]
-    vals = [v for v in bws.values() if v > 0] + [v for v in link.values() if v > 0]
-    ylo = math.floor(math.log10(min(vals))) if vals else -4
-    yhi = math.ceil(math.log10(max(vals))) if vals else 1
-    x = lambda s: L + (math.log2(s) - xs[0]) / max(xs[-1] - xs[0], 1) * (W - L - R)
-    y = lambda v: H - B - (math.log10(v) - ylo) / max(yhi - ylo, 1) * (H - T - B)
-    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
-           'font-family="sans-serif" font-size="12">' % (W, H),
-           '<rect width="100%" height="100%" fill="white"/>',
-           '<text x="%d" y="22" font-size="15">allreduce busbw, %d ranks, links %s</text>'
-           % (L, nranks, rate)]
-    for d in range(ylo, yhi + 1):
-        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' %
-                   (L, W - R, y(10 ** d), y(10 ** d)))
-        out.append('<text x="%d" y="%.1f" text-anchor="end">%g</text>' % (L - 6, y(10 ** d) + 4,
-                                                                           10 ** d))
-    for s in sizes:
-        if int(math.log2(s)) % 3 == 0:
-            out.append('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#ddd"/>' %
-                       (x(s), x(s), T, H - B))
-            out.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' %
-                       (x(s), H - B + 16, human(s)))
-    out.append('<text x="%d" y="%d" text-anchor="middle">message size (log)</text>' %
-               ((L + W - R) // 2, H - 12))
-    out.append('<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">'
-               'busbw, GB/s (log)</text>' % ((T + H - B) // 2, (T + H - B) // 2))
+    """The busbw plot, drawn by plot_busbw.py (the one plotter) with the link as a line."""
+    data = plot_busbw.Data()
+    for i in impls:
+        data.add(i, {s: bws[i, s] for s in sizes if (i, s) in bws})
     if link.get("iperf3-single"):
-        v = link["iperf3-single"]
-        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#888" '
-                   'stroke-dasharray="6,4"/>' % (L, W - R, y(v), y(v)))
-        out.append('<text x="%d" y="%.1f" fill="#888">iperf3 1 flow</text>' % (W - R + 6, y(v) + 4))
-    for k, i in enumerate(impls):
-        pts = [(x(s), y(bws[i, s])) for s in sizes if bws.get((i, s), 0) > 0]
-        if not pts:
-            continue
-        out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>' %
-                   (COLORS.get(i, "black"), " ".join("%.1f,%.1f" % p for p in pts)))
-        ly = T + 20 + 18 * k
-        out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"/>' %
-                   (W - R + 6, W - R + 30, ly + 20, ly + 20, COLORS.get(i, "black")))
-        out.append('<text x="%d" y="%d">%s</text>' % (W - R + 36, ly + 24, i))
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+        data.links.append(("iperf3, 1 flow", link["iperf3-single"]))
+    return plot_busbw.svg(data, "allreduce busbw, %d ranks, links %s" % (nranks, rate), 900, 560)
 
 
 def main():
