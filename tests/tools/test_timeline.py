@@ -18,9 +18,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 
 run, perf, root = sys.argv[1:4]
 merge = [sys.executable, os.path.join(root, "tools", "ringcc-timeline")]
+draw = [sys.executable, os.path.join(root, "tools", "ringcc-timeline-svg")]
 failures = []
 
 
@@ -107,6 +109,14 @@ with tempfile.TemporaryDirectory() as tmp:
     off = json.loads(p.stdout)["otherData"]["offsets_us"]
     spread = max(off.values()) - min(off.values())
     check(spread < 5000, "--clock ops agrees with the shared clock within %.0f us" % spread)
+
+    svg = os.path.join(tmp, "op.svg")
+    ring_op = [e["name"] for e in per_rank[0] if e.get("cat") == "op" and e["args"]["algo"] == "ring"]
+    p = subprocess.run(draw + [out, "-o", svg, "--op", ring_op[0]], capture_output=True, text=True)
+    texts = ["".join(t.itertext()) for t in ET.parse(svg).iter("{http://www.w3.org/2000/svg}text")]
+    check(p.returncode == 0 and all(any(t.startswith("rank %d (" % r) for t in texts)
+                                    for r in range(4)) and "send 0" in texts and "recv 0" in texts,
+          "ringcc-timeline-svg draws a ring allreduce with every rank's rows")
 
     p = subprocess.run(merge + ["--summary"] + files(tmp, "ar"), capture_output=True, text=True)
     table = [line.split() for line in p.stdout.splitlines()[1:]]
