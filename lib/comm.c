@@ -569,6 +569,16 @@ rcc_result_t rcc_comm_destroy(rcc_comm_t comm)
     if (!rcci_live_remove(comm))
         return rcci_live_check(comm, "rcc_comm_destroy");
     rcci_progress_stop(comm); /* runs queued operations to their end first */
+    if (comm->broken == RCC_SUCCESS) {
+        /* Goodbye on every connection: a peer that probes its idle
+         * communicator is not told it broke; one that needs this rank is
+         * told it left. */
+        char self[128], text[200];
+        rcci_bootstrap_peer_name(comm->bootstrap, comm->rank, self, sizeof self);
+        snprintf(text, sizeof text, "%s left: it destroyed its communicator", self);
+        rcci_ring_notify(comm, RCC_SUCCESS, text);
+        rcci_p2p_notify(comm, RCC_SUCCESS, text);
+    }
     comm_free(comm);
     return RCC_SUCCESS;
 }

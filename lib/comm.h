@@ -232,6 +232,11 @@ rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only);
  * carries (text set); RCC_SUCCESS when there is none — a healthy
  * connection, or a plain close. Never blocks. */
 rcc_result_t rcci_conn_notice(const rcci_transport_t *tr, rcci_conn_t *conn);
+/* Whether the peer on a failed `conn` said goodbye (a clean destroy): the
+ * probes above and rcci_p2p_probe pass over such connections, so an idle
+ * communicator is not broken by a peer that left; an operation that needs
+ * the peer fails with its text. */
+int rcci_conn_said_goodbye(const rcci_transport_t *tr, rcci_conn_t *conn);
 void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text);
 void rcci_ring_close(struct rcc_comm *comm);
 rcc_result_t rcci_ring_watch(struct rcc_comm *comm);

@@ -16,6 +16,14 @@ rcc_result_t rcci_conn_notice(const rcci_transport_t *tr, rcci_conn_t *conn)
     return res;
 }
 
+int rcci_conn_said_goodbye(const rcci_transport_t *tr, rcci_conn_t *conn)
+{
+    rcci_tag_t tag;
+    int found = RCCI_PEEK_NONE;
+    tr->peek(conn, &tag, &found);
+    return found == RCCI_PEEK_GOODBYE;
+}
+
 rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
 {
     for (int i = 0; i < 2; i++) {
@@ -25,8 +33,8 @@ rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
                 continue;
             rcc_result_t res = notices_only ? rcci_conn_notice(link->tr, link->conns[c])
                                             : link->tr->probe(link->conns[c]);
-            if (res == RCC_SUCCESS)
-                continue;
+            if (res == RCC_SUCCESS || rcci_conn_said_goodbye(link->tr, link->conns[c]))
+                continue; /* a neighbour that left cleanly fails only what needs it */
             /* The probe's own text says whether the peer told why (its
              * notice names the cause) or just went: it stays. */
             char peer[128];

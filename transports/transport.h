@@ -85,8 +85,17 @@ typedef struct rcci_conn rcci_conn_t;
 typedef struct rcci_request rcci_request_t;
 typedef struct rcci_mr rcci_mr_t;
 
-/* What a transport's peek found. */
-enum { RCCI_PEEK_NONE = 0, RCCI_PEEK_DATA = 1, RCCI_PEEK_ANNOUNCE = 2, RCCI_PEEK_NOTICE = 3 };
+/* What a transport's peek found. GOODBYE: the peer destroyed its
+ * communicator cleanly (notify with RCC_SUCCESS); the connection is gone
+ * (peek fails with RCC_ERR_PEER_LOST and the peer's text), but that alone
+ * is no failure of the job. */
+enum {
+    RCCI_PEEK_NONE = 0,
+    RCCI_PEEK_DATA = 1,
+    RCCI_PEEK_ANNOUNCE = 2,
+    RCCI_PEEK_NOTICE = 3,
+    RCCI_PEEK_GOODBYE = 4
+};
 
 typedef struct rcci_transport {
     /* -- version 1 -- */
@@ -180,7 +189,10 @@ typedef struct rcci_transport {
     /* Best effort, never blocks: tells the peer that this rank's
      * communicator failed with `res` and `text`, when the connection is at
      * a message boundary; the peer's next receive or peek on it then fails
-     * with `res` and the text ("rank 2 failed: ..."). Close follows. */
+     * with `res` and the text ("rank 2 failed: ..."). Close follows.
+     * res RCC_SUCCESS says goodbye instead (a clean destroy): the peer's
+     * receives fail with RCC_ERR_PEER_LOST and the text, its peek reports
+     * RCCI_PEEK_GOODBYE. */
     void (*notify)(rcci_conn_t *conn, rcc_result_t res, const char *text);
     /* Best effort, never blocks, at a message boundary only: tells the peer
      * which operation (`tag`) this rank is waiting in; the peer's peek

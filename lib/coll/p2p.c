@@ -362,7 +362,7 @@ static rcc_result_t p2p_probe_all(struct rcc_comm *comm, int notices_only)
                 rcc_result_t res = !conns[i]      ? RCC_SUCCESS
                                    : notices_only ? rcci_conn_notice(p->tr, conns[i])
                                                   : p->tr->probe(conns[i]);
-                if (res == RCC_SUCCESS)
+                if (res == RCC_SUCCESS || rcci_conn_said_goodbye(p->tr, conns[i]))
                     continue;
                 char peer[128];
                 rcci_bootstrap_peer_name(comm->bootstrap, r, peer, sizeof peer);

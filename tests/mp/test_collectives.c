@@ -933,6 +933,55 @@ static int rank_bad_args(int rank, int n, void *arg)
 START_TEST(bad_arguments) { ck_assert_int_eq(mp_run(_i, rank_bad_args, NULL, 120), 0); }
 END_TEST
 
+/* ---- a rank that leaves cleanly ------------------------------------------------ */
+
+/* The last rank destroys its communicator after a barrier. The others'
+ * idle communicators stay healthy (rcc_comm_get_async_error: success), and
+ * their next allreduce fails at once with RCC_ERR_PEER_LOST saying that it
+ * left (its ring neighbours got its goodbye; a rank that only finds its
+ * listener closed says it left or died), rather than hanging. */
+static int rank_goodbye(int rank, int n, void *arg)
+{
+    (void)arg;
+    atomic_int *left = mp_shared(NULL), *checked = left + 1;
+    rcc_comm_t comm = mp_comm(20000);
+    rcc_result_t res = rcc_barrier(comm);
+    if (res != RCC_SUCCESS)
+        MP_FAIL("rank %d: barrier: %s", rank, rcc_last_error(comm));
+    if (rank == n - 1) {
+        if (rcc_comm_destroy(comm) != RCC_SUCCESS)
+            MP_FAIL("rank %d: destroy: %s", rank, rcc_last_error(NULL));
+        atomic_store(left, 1);
+        return 0;
+    }
+    while (!atomic_load(left))
+        usleep(1000);
+    usleep(100000); /* its goodbye and close reach us */
+    rcc_result_t async = RCC_SUCCESS;
+    if (rcc_comm_get_async_error(comm, &async) != RCC_SUCCESS || async != RCC_SUCCESS)
+        MP_FAIL("rank %d: a peer that left cleanly broke the idle communicator: %s: %s", rank,
+                rcc_result_name(async), rcc_last_error(comm));
+    atomic_fetch_add(checked, 1); /* before anyone's allreduce fails and tells its peers */
+    while (atomic_load(checked) < n - 1)
+        usleep(1000);
+    float x = 1;
+    double t0 = td_now_s();
+    res = rcc_allreduce(&x, &x, 1, RCC_FLOAT32, RCC_SUM, comm);
+    double took = td_now_s() - t0;
+    const char *why = rcc_last_error(comm);
+    if (res != RCC_ERR_PEER_LOST ||
+        (!strstr(why, "destroyed its communicator") && !strstr(why, "left or died")))
+        MP_FAIL("rank %d: allreduce without the rank that left: %s: '%s'", rank,
+                rcc_result_name(res), rcc_last_error(comm));
+    if (took > 10)
+        MP_FAIL("rank %d: the allreduce took %.1f s to fail", rank, took);
+    rcc_comm_destroy(comm);
+    return 0;
+}
+
+START_TEST(peer_left_cleanly) { ck_assert_int_eq(mp_run(_i, rank_goodbye, NULL, 120), 0); }
+END_TEST
+
 /* ---- the stream forms where no CUDA device is usable ------------------------- */
 
 /* A NULL stream runs the host collective (checked like the blocking call,
@@ -1011,6 +1060,7 @@ static Suite *collectives_suite(void)
     tcase_set_timeout(errors, 300);
     tcase_add_loop_test(errors, bad_arguments, 1, 6);
     tcase_add_loop_test(errors, stream_forms_host, 1, 6);
+    tcase_add_loop_test(errors, peer_left_cleanly, 2, 6);
     suite_add_tcase(s, errors);
     return s;
 }

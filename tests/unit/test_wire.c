@@ -183,8 +183,10 @@ START_TEST(notices)
     /* Lengths and codes from the wire are bounded. */
     h[16 + 2] = 1;
     ck_assert_int_eq(rcci_wire_parse(h, &f, "p"), RCC_ERR_REMOTE);
-    rcci_wire_encode_notice(h, RCC_SUCCESS, 10);
-    ck_assert_int_eq(rcci_wire_parse(h, &f, "p"), RCC_ERR_REMOTE);
+    rcci_wire_encode_notice(h, RCC_SUCCESS, 10); /* a goodbye */
+    ck_assert_int_eq(rcci_wire_parse(h, &f, "p"), RCC_SUCCESS);
+    ck_assert_int_eq(f.notice, 1);
+    ck_assert_int_eq(f.notice_res, RCC_SUCCESS);
     rcci_wire_encode_notice(h, (rcc_result_t)4242, 10);
     ck_assert_int_eq(rcci_wire_parse(h, &f, "p"), RCC_ERR_REMOTE);
 }

@@ -56,6 +56,7 @@ struct rcci_conn {
     char failure[RCCI_ERR_TEXT_BYTES];
     int looked_for_notice; /* after a failure at the socket (below) */
     int failed_by_notice;  /* `failed` is what the peer's notice said */
+    int goodbye;           /* ... and it said goodbye: no failure until used */
     char peer[96];
     char self[16]; /* "rank 3", for mismatch messages */
     tcp_queue_t sends, recvs;
@@ -359,6 +360,11 @@ static rcc_result_t tcp_take_notice(rcci_conn_t *c, const rcci_wire_frame_t *f,
         if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
             text[i] = '?';
     c->failed_by_notice = 1;
+    if (f->notice_res == RCC_SUCCESS) { /* it left: whatever needs it now has lost it */
+        c->goodbye = 1;
+        return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s",
+                                      got ? text : "the peer destroyed its communicator"));
+    }
     return tcp_fail(c, rcci_error(f->notice_res, "%s", got ? text : "a peer failed (no detail)"));
 }
 
@@ -493,8 +499,9 @@ static rcc_result_t tcp_take_peeked_notice(rcci_conn_t *c, const rcci_wire_frame
     if (recv(c->fd, header, sizeof header, MSG_DONTWAIT) != (ssize_t)sizeof header)
         return tcp_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s failed", c->peer));
     struct rcci_request none = {.moved = RCCI_WIRE_HEADER_BYTES};
-    *found = RCCI_PEEK_NOTICE;
-    return tcp_take_notice(c, f, &none, 0);
+    rcc_result_t res = tcp_take_notice(c, f, &none, 0);
+    *found = c->goodbye ? RCCI_PEEK_GOODBYE : RCCI_PEEK_NOTICE;
+    return res;
 }
 
 /* The header of the next message when no receive is posted and it is
@@ -519,7 +526,7 @@ static rcc_result_t tcp_peek_frame(rcci_conn_t *c, rcci_wire_frame_t *f, int *fo
                 return tcp_take_peeked_notice(c, f, found);
         }
         if (c->failed_by_notice)
-            *found = RCCI_PEEK_NOTICE;
+            *found = c->goodbye ? RCCI_PEEK_GOODBYE : RCCI_PEEK_NOTICE;
         return rcci_error(c->failed, "%s", c->failure);
     }
     if (c->recvs.head)

@@ -78,7 +78,7 @@ rcc_result_t rcci_wire_parse(const uint8_t in[RCCI_WIRE_HEADER_BYTES], rcci_wire
     if (in[5] & RCCI_WIRE_NOTICE) {
         frame->notice = 1;
         frame->notice_res = (rcc_result_t)(int32_t)frame->tag.seq;
-        if (frame->length > RCCI_WIRE_NOTICE_MAX || frame->notice_res == RCC_SUCCESS ||
+        if (frame->length > RCCI_WIRE_NOTICE_MAX ||
             !strcmp(rcc_result_name(frame->notice_res), "RCC_UNKNOWN_RESULT"))
             return rcci_error(RCC_ERR_REMOTE,
                               "%s sent a malformed failure notice (code %u, %llu bytes)", peer,

@@ -6,7 +6,8 @@
  *  24  u8[24] signature of the operation (the engine's, opaque here)
  * A notice (flag RCCI_WIRE_NOTICE) tells the peer that the sender's
  * communicator failed: seq holds the result code, the payload (at most
- * RCCI_WIRE_NOTICE_MAX bytes) the error text, the signature is zero. An
+ * RCCI_WIRE_NOTICE_MAX bytes) the error text, the signature is zero; code 0
+ * (RCC_SUCCESS) is a goodbye: the sender destroyed its communicator. An
  * announcement (flag RCCI_WIRE_ANNOUNCE, no payload) carries the tag of
  * the operation the sender is waiting in. With flag RCCI_WIRE_CRC the
  * field at 12 holds the CRC32C of the payload (RCC_CHECKSUM), else 0.
@@ -53,7 +54,7 @@ void rcci_wire_encode_announce(uint8_t out[RCCI_WIRE_HEADER_BYTES], const rcci_t
 /* Decodes a header. RCC_ERR_REMOTE, naming `peer`, when it is not one:
  * wrong magic, version or header size, unknown flags, a nonzero reserved
  * field, a notice longer than RCCI_WIRE_NOTICE_MAX or with a result code
- * that is not a failure. */
+ * that ringcc does not have. */
 rcc_result_t rcci_wire_parse(const uint8_t in[RCCI_WIRE_HEADER_BYTES], rcci_wire_frame_t *frame,
                              const char *peer);
 
