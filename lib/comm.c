@@ -192,6 +192,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     int next = (comm->rank + 1) % comm->nranks,
         prev = (comm->rank + comm->nranks - 1) % comm->nranks;
     const char *only = rcci_param_str(RCCI_PARAM_TRANSPORT);
+    char why[RCCI_ERR_TEXT_BYTES / 2] = ""; /* the last transport's reason not to run */
 
     rcci_transport_env_t env = {
         .rank = comm->rank, .nranks = comm->nranks, .comm_id = comm->comm_id};
@@ -218,15 +219,25 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
             RCC_WARN("transport %s was built for ops table ABI %u; skipped", tr->name, tr->abi);
             continue;
         }
-        if (tr->init(&env, &comm->tctx[i]) == RCC_SUCCESS)
+        if (tr->init(&env, &comm->tctx[i]) == RCC_SUCCESS) {
             me->transports |= 1u << i;
-        else
+        } else {
             RCC_INFO("transport %s unavailable: %s", tr->name, rcci_tls_error());
+            snprintf(why, sizeof why, "%s unavailable: %s", tr->name, rcci_tls_error());
+        }
+    }
+    if (!me->transports && *only && !why[0]) {
+        size_t used = 0;
+        for (int i = 0; rcci_transports[i] && used < sizeof why; i++)
+            used += (size_t)snprintf(why + used, sizeof why - used, "%s%s", i ? ", " : "",
+                                     rcci_transports[i]->name);
+        RCC_FAIL(RCC_ERR_INVALID_ARGUMENT,
+                 "RCC_TRANSPORT=%s names no transport built here (built: %s)", only, why);
     }
     if (!me->transports)
-        RCC_FAIL(RCC_ERR_UNSUPPORTED, "no transport is usable%s%s%s",
-                 *only ? " (RCC_TRANSPORT=" : "", only,
-                 *only ? " names none that works here)" : "");
+        RCC_FAIL(RCC_ERR_UNSUPPORTED, "no transport is usable%s%s%s%s%s",
+                 *only ? " (RCC_TRANSPORT=" : "", only, *only ? "; " : "", *only ? why : "",
+                 *only ? ")" : "");
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, peers, sizeof *peers));
     for (int r = 0; r < comm->nranks; r++) {
         if (peers[r].nsocks != me->nsocks)
@@ -280,8 +291,8 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     char nname[128], pname[128];
     rcci_bootstrap_peer_name(comm->bootstrap, next, nname, sizeof nname);
     rcci_bootstrap_peer_name(comm->bootstrap, prev, pname, sizeof pname);
-    RCC_INFO("ring: sends to %s via %s, receives from %s via %s%s; %d connection%s per edge",
-             nname, comm->send_link.tr->name, pname, comm->recv_link.tr->name,
+    RCC_INFO("ring: sends to %s via %s, receives from %s via %s%s; %d connection%s per edge", nname,
+             comm->send_link.tr->name, pname, comm->recv_link.tr->name,
              *only ? " (forced by RCC_TRANSPORT)" : "", me->nsocks, me->nsocks == 1 ? "" : "s");
     /* The listener stays open for point-to-point connections, made on first
      * use. They run over this rank's receive transport (one transport per
