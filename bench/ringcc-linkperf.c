@@ -68,7 +68,8 @@ static void lp_usage(FILE *f)
             "  -f  factor between sizes (default 4)\n"
             "  -n  messages per size (default 64; warmup and latency runs come on top)\n"
             "  -W  messages in flight (default 16; fewer where they would pass 64 MiB)\n"
-            "  -w  warmup messages per size, not timed (default 8)\n"
+            "  -w  warmup messages per size, not timed (default: 128 MiB of them, 8 to 1024;\n"
+            "      a TCP connection's windows take about that long to open)\n"
             "  -B  both directions at once (bidirectional bandwidth)\n"
             "  -c  1: check every byte received; 0: the first and last 8 (default)\n",
             LP_NAME);
@@ -94,7 +95,7 @@ static void lp_parse(int argc, char **argv, lp_opts_t *o)
                      .factor = 4,
                      .msgs = 64,
                      .window = 16,
-                     .warmup = 8};
+                     .warmup = -1};
     int c;
     while ((c = getopt(argc, argv, "t:b:e:f:n:W:w:Bc:h")) != -1) {
         long *lv = NULL, lo = 0, hi = 0;
@@ -251,15 +252,27 @@ static rcc_result_t lp_ack(lp_link_t *l, int send)
     return res == RCC_SUCCESS ? lp_wait(l, r, send) : res;
 }
 
+/* Warmup messages of `n` bytes: -w, or 128 MiB of them within [8, 1024]. */
+static long lp_warmup(const lp_opts_t *o, size_t n)
+{
+    if (o->warmup >= 0)
+        return o->warmup;
+    size_t k = n ? (128u << 20) / n : 1024;
+    return k < 8 ? 8 : k > 1024 ? 1024 : (long)k;
+}
+
 /* Streams one size; seconds from the first send to the acknowledgement. */
 static rcc_result_t lp_bandwidth(lp_link_t *l, const lp_opts_t *o, size_t n, uint8_t **sbuf,
                                  uint8_t **rbuf, double *secs)
 {
     rcc_result_t res = RCC_SUCCESS;
     int sender = l->rank == 0 || o->bidir, receiver = l->rank == 1 || o->bidir;
-    if (o->warmup)
-        RCC_CHECK(lp_stream(l, o, n, o->warmup, sender, receiver, sbuf, rbuf));
-    RCC_CHECK(lp_ack(l, l->rank == 0)); /* both ready: start together */
+    long warmup = lp_warmup(o, n);
+    if (warmup)
+        RCC_CHECK(lp_stream(l, o, n, warmup, sender, receiver, sbuf, rbuf));
+    /* Rank 1 says go once the warmup has arrived: a sender's sends complete
+     * while their bytes still wait in its socket, which must not count. */
+    RCC_CHECK(lp_ack(l, l->rank == 1));
     int64_t t0 = rcci_now_ns();
     RCC_CHECK(lp_stream(l, o, n, o->msgs, sender, receiver, sbuf, rbuf));
     RCC_CHECK(lp_ack(l, l->rank == 1)); /* rank 1 has all of it */
