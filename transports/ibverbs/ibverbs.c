@@ -307,8 +307,9 @@ static rcc_result_t verbs_post_recvs(rcci_conn_t *c, int n)
 {
     for (int i = 0; i < n; i++) {
         struct ibv_recv_wr wr = {.wr_id = IBV_WR_RECV}, *bad;
-        if (ibv_post_recv(c->id->qp, &wr, &bad))
-            return rcci_error_errno(RCC_ERR_SYSTEM, errno, "ibv_post_recv to %s", c->peer);
+        int err = ibv_post_recv(c->id->qp, &wr, &bad); /* returns the errno value */
+        if (err)
+            return rcci_error_errno(RCC_ERR_SYSTEM, err, "ibv_post_recv to %s", c->peer);
     }
     return RCC_SUCCESS;
 }
@@ -492,22 +493,28 @@ static void verbs_take_requests(rcci_listener_t *l)
 {
     struct rdma_cm_event *ev;
     while (rdma_get_cm_event(l->ch, &ev) == 0) {
-        if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-            rcci_ibh_t h;
-            rcc_result_t res =
-                rcci_ibh_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &h,
-                                l->ctx->env.secret, "a verbs peer");
-            if (res == RCC_SUCCESS && h.comm_id != l->ctx->env.comm_id)
-                res = rcci_error(RCC_ERR_REMOTE, "a connection of another communicator");
-            if (res == RCC_SUCCESS && l->npending < IBV_PENDING_MAX) {
-                l->pending[l->npending++] = (verbs_pending_t){ev->id, h};
-            } else {
-                RCC_INFO("ibverbs: refused a connection: %s", rcci_tls_error());
-                rdma_reject(ev->id, NULL, 0);
-                rdma_destroy_id(ev->id);
-            }
+        if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+            rdma_ack_cm_event(ev);
+            continue;
         }
-        rdma_ack_cm_event(ev);
+        rcci_ibh_t h;
+        struct rdma_cm_id *id = ev->id;
+        rcc_result_t res =
+            rcci_ibh_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &h,
+                            l->ctx->env.secret, "a verbs peer");
+        rdma_ack_cm_event(ev); /* before any destroy: rdma_destroy_id waits for its acks */
+        if (res == RCC_SUCCESS && h.comm_id != l->ctx->env.comm_id)
+            res = rcci_error(RCC_ERR_REMOTE, "a connection of another communicator");
+        if (res == RCC_SUCCESS && l->npending >= IBV_PENDING_MAX)
+            res = rcci_error(RCC_ERR_NO_MEMORY, "%d connections wait for accept already",
+                             IBV_PENDING_MAX);
+        if (res == RCC_SUCCESS) {
+            l->pending[l->npending++] = (verbs_pending_t){id, h};
+        } else {
+            RCC_INFO("ibverbs: refused a connection: %s", rcci_tls_error());
+            rdma_reject(id, NULL, 0);
+            rdma_destroy_id(id);
+        }
     }
 }
 
@@ -653,9 +660,9 @@ static rcc_result_t verbs_post_send(rcci_conn_t *c, struct ibv_send_wr *wr)
 {
     struct ibv_send_wr *bad;
     wr->send_flags = IBV_SEND_SIGNALED;
-    if (ibv_post_send(c->id->qp, wr, &bad))
-        return verbs_fail(c,
-                          rcci_error_errno(RCC_ERR_SYSTEM, errno, "ibv_post_send to %s", c->peer));
+    int err = ibv_post_send(c->id->qp, wr, &bad); /* returns the errno value */
+    if (err)
+        return verbs_fail(c, rcci_error_errno(RCC_ERR_SYSTEM, err, "ibv_post_send to %s", c->peer));
     c->sq_used++;
     return RCC_SUCCESS;
 }
