@@ -38,7 +38,7 @@ iperf_flow() { # Mbit/s received
         -t "$secs" -O 2 -J >"$work/iperf.json"
     wait
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 1e6)' \
-        "$work/iperf.json"
+        "$work/iperf.json" | xargs printf "%.1f\n"
 }
 
 linkperf_flow() { # Mbit/s of payload, messages enough for about `secs` seconds at the rate

@@ -7,7 +7,9 @@
  * byte, with guard bytes past its end; every wait has a deadline.
  *
  * A transport that cannot run here (no device) makes the program print
- * "SKIP: NAME: reason" and exit 77, meson's skip.
+ * "SKIP: NAME: reason" and exit 77, meson's skip. The ranks use 127.0.0.1,
+ * or with RCC_SOCKET_IFNAME set the address of that interface (an RDMA
+ * device's, for ibverbs: RCC_SOCKET_IFNAME=eth0 meson test transport_ibverbs).
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -20,6 +22,7 @@
 
 #include "clock.h"
 #include "err.h"
+#include "socket.h"
 #include "mp.h"
 #include "comm.h" /* rcci_sig_describe */
 #include "transport.h"
@@ -47,9 +50,14 @@ static rcci_transport_env_t conf_env(int rank)
 {
     rcci_transport_env_t env = {.rank = rank, .nranks = 2, .comm_id = 0x5eed};
     memset(env.secret, 0xa5, sizeof env.secret);
-    struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    memcpy(&env.local_addr, &lo, sizeof lo);
-    env.local_addr_len = sizeof lo;
+    const char *ifname = getenv("RCC_SOCKET_IFNAME");
+    rcci_addr_t a = {.len = sizeof(struct sockaddr_in)};
+    char name[64];
+    a.u.in = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (ifname && *ifname && rcci_addr_pick_local(ifname, NULL, &a, name, sizeof name))
+        fprintf(stderr, "RCC_SOCKET_IFNAME=%s: %s; using 127.0.0.1\n", ifname, rcci_tls_error());
+    memcpy(&env.local_addr, &a.u, a.len);
+    env.local_addr_len = a.len;
     env.describe_sig = rcci_sig_describe;
     return env;
 }
