@@ -211,6 +211,11 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     me->host_hash = comm_host_hash();
     me->nsocks = (int32_t)rcci_param_int(RCCI_PARAM_NSOCKS);
     me->nsocks_min_bytes = rcci_param_int(RCCI_PARAM_NSOCKS_MIN_BYTES);
+    /* A transport that cannot start here is no failure of the communicator:
+     * its reason must not linger as this thread's last error and cause. */
+    char saved_text[RCCI_ERR_TEXT_BYTES], saved_cause[RCCI_ERR_TEXT_BYTES];
+    snprintf(saved_text, sizeof saved_text, "%s", rcci_tls_error());
+    snprintf(saved_cause, sizeof saved_cause, "%s", rcci_tls_cause());
     for (int i = 0; rcci_transports[i] && i < COMM_MAX_TRANSPORTS; i++) {
         const rcci_transport_t *tr = rcci_transports[i];
         if (*only && strcmp(only, tr->name) != 0)
@@ -234,6 +239,8 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
         RCC_FAIL(RCC_ERR_INVALID_ARGUMENT,
                  "RCC_TRANSPORT=%s names no transport built here (built: %s)", only, why);
     }
+    if (me->transports)
+        rcci_tls_error_restore(saved_text, saved_cause);
     if (!me->transports)
         RCC_FAIL(RCC_ERR_UNSUPPORTED, "no transport is usable%s%s%s%s%s",
                  *only ? " (RCC_TRANSPORT=" : "", only, *only ? "; " : "", *only ? why : "",
