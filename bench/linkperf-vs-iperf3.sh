@@ -42,7 +42,7 @@ iperf_flow() { # Mbit/s received
 }
 
 linkperf_flow() { # Mbit/s of payload, messages enough for about `secs` seconds at the rate
-    local msgs=$(($(bits_of_rate "$rate") / 8 * secs / $(bytes_of "$size")))
+    local msgs=$(($(bits_of_rate "$rate") * secs / 8 / $(bytes_of "$size")))
     "$netlab" run -q -L "$lab" -t $((secs * 3 + 60)) -- env RCC_TRANSPORT="$transport" \
         "$linkperf" -b "$size" -e "$size" -n "$msgs" |
         awk '$1 ~ /^[0-9]+$/ {printf "%.1f\n", $5 * 8}'
