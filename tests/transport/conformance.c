@@ -422,6 +422,54 @@ static int notice_rank(int rank, int nranks, void *arg)
 START_TEST(failure_notice) { ck_assert_int_eq(conf_run(notice_rank), 0); }
 END_TEST
 
+/* ---- peek and announce ---- */
+
+/* Rank 1 announces the operation it waits in, then sends a message rank 0
+ * has not posted a receive for: peek reports the announcement (once), then
+ * the message's tag without taking it; probe says the peer is there; the
+ * receive posted afterwards gets the message whole. */
+static int peek_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    if (rank == 1) {
+        rcci_tag_t waiting = conf_tag(41);
+        tr->announce(e.conn, &waiting);
+        if (conf_move(&e, 1, 777, 42))
+            return 1;
+        usleep(200000); /* rank 0's checks, before the close */
+        conf_close(&e);
+        return 0;
+    }
+    int64_t deadline = rcci_now_ns() + CONF_WAIT_NS;
+    int want[] = {RCCI_PEEK_ANNOUNCE, RCCI_PEEK_DATA, RCCI_PEEK_DATA};
+    uint32_t want_seq[] = {41, 42, 42};
+    for (int k = 0; k < 3; k++) {
+        rcci_tag_t seen;
+        int found = RCCI_PEEK_NONE;
+        while (found == RCCI_PEEK_NONE && rcci_now_ns() < deadline) {
+            if (tr->peek(e.conn, &seen, &found) != RCC_SUCCESS)
+                MP_FAIL("peek #%d: %s", k, rcci_tls_error());
+            if (found == RCCI_PEEK_NONE)
+                usleep(1000);
+        }
+        if (found != want[k] || seen.seq != want_seq[k])
+            MP_FAIL("peek #%d found %d (seq %u), not %d (seq %u)", k, found, seen.seq, want[k],
+                    want_seq[k]);
+    }
+    if (tr->probe(e.conn) != RCC_SUCCESS)
+        MP_FAIL("probe with a message waiting: %s", rcci_tls_error());
+    if (conf_move(&e, 0, 777, 42))
+        return 1;
+    conf_close(&e);
+    return 0;
+}
+
+START_TEST(peek_and_announce) { ck_assert_int_eq(conf_run(peek_rank), 0); }
+END_TEST
+
 /* ---- peer loss ---- */
 
 /* Rank 1 dies (SIGKILL) while rank 0 waits in a receive: the receive, and
@@ -524,6 +572,7 @@ static Suite *conformance_suite(void)
     tcase_add_test(tc, large_transfer);
     tcase_add_test(tc, mismatches_are_named);
     tcase_add_test(tc, failure_notice);
+    tcase_add_test(tc, peek_and_announce);
     tcase_add_test(tc, peer_loss);
     tcase_add_test(tc, teardown_while_busy);
     suite_add_tcase(s, tc);

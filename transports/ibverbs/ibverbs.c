@@ -15,6 +15,7 @@
  * The engine polls through test; while idle it sleeps on wait_fd, an epoll
  * set of the connection's completion channel (armed with ibv_req_notify_cq
  * whenever a poll found nothing) and its rdma_cm channel (disconnects).
+ * Static names start with verbs_ (ibv_ is libibverbs' own).
  */
 #include <arpa/inet.h>
 #include <errno.h>
