@@ -909,21 +909,8 @@ static rcc_result_t verbs_irecv(rcci_conn_t *c, void *buf, size_t bytes, const r
 static rcc_result_t verbs_test(rcci_request_t *r, int *done)
 {
     rcci_conn_t *c = r->conn;
-    *done = 0;
-    if (!r->complete) {
-        rcc_result_t res = verbs_drive(c);
-        if (res != RCC_SUCCESS && !r->complete) {
-            rcci_req_fifo_unlink(&c->sends, r);
-            rcci_req_fifo_unlink(&c->recvs, r);
-            free(r);
-            return res;
-        }
-    }
-    if (r->complete) {
-        *done = 1;
-        free(r);
-    }
-    return RCC_SUCCESS;
+    rcc_result_t res = r->complete ? RCC_SUCCESS : verbs_drive(c);
+    return rcci_req_finish(&c->sends, &c->recvs, r, res, done);
 }
 
 static int verbs_wait_fd(rcci_conn_t *c) { return c->epfd; }

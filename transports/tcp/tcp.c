@@ -430,21 +430,8 @@ static rcc_result_t tcp_drive(rcci_conn_t *c)
 static rcc_result_t tcp_test(rcci_request_t *r, int *done)
 {
     rcci_conn_t *c = r->conn;
-    *done = 0;
-    if (!r->complete) {
-        rcc_result_t res = tcp_drive(c);
-        if (res != RCC_SUCCESS) {
-            rcci_req_fifo_unlink(&c->sends, r);
-            rcci_req_fifo_unlink(&c->recvs, r);
-            free(r);
-            return res;
-        }
-    }
-    if (r->complete) {
-        *done = 1;
-        free(r);
-    }
-    return RCC_SUCCESS;
+    rcc_result_t res = r->complete ? RCC_SUCCESS : tcp_drive(c);
+    return rcci_req_finish(&c->sends, &c->recvs, r, res, done);
 }
 
 static int tcp_wait_fd(rcci_conn_t *c) { return c->fd; }
