@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "report.h"
 #include "ringcc.h"
 #include "ttyprogress.h"
@@ -235,34 +236,16 @@ static void perf_help(void)
 
 static size_t perf_parse_size(const char *opt, const char *s)
 {
-    char *end;
-    errno = 0;
-    if (!isdigit((unsigned char)*s))
+    size_t v;
+    if (bench_parse_size(s, &v))
         perf_usage_error("%s: expected a size like 8, 64K or 32M, not '%s'", opt, s);
-    unsigned long long v = strtoull(s, &end, 10);
-    unsigned shift = 0;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': shift = 10; break;
-    case 'M': shift = 20; break;
-    case 'G': shift = 30; break;
-    case 'T': shift = 40; break;
-    default: break;
-    }
-    if (shift)
-        end++;
-    if (shift && (strcasecmp(end, "iB") == 0 || strcasecmp(end, "B") == 0))
-        end += strlen(end);
-    if (errno || *end || (shift && v > (SIZE_MAX >> shift)))
-        perf_usage_error("%s: expected a size like 8, 64K or 32M, not '%s'", opt, s);
-    return (size_t)(v << shift);
+    return v;
 }
 
 static int perf_parse_int(const char *opt, const char *s, int lo, int hi)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
+    long v;
+    if (bench_parse_int(s, lo, hi, &v))
         perf_usage_error("%s: expected an integer from %d to %d, not '%s'", opt, lo, hi, s);
     return (int)v;
 }

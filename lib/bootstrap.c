@@ -346,7 +346,12 @@ static rcc_result_t bs_connect_ring(rcci_bootstrap_t *bs, int64_t deadline)
                               .comm_id = bs->comm_id};
         /* Connecting first cannot deadlock: the kernel completes the
          * handshake and buffers the hello before the peer accepts. */
-        RCC_CHECK(rcci_sock_connect(&bs->peers[next], deadline, 1, &bs->next_fd));
+        res = rcci_sock_connect(&bs->peers[next], deadline, 1, &bs->next_fd);
+        if (res != RCC_SUCCESS) { /* name the rank: its address alone says little */
+            rcci_error_prefix("connecting the bootstrap ring to rank %d%s: ", next,
+                              next == 0 ? " (the root)" : "");
+            goto out;
+        }
         RCC_CHECK(rcci_hello_send(bs->next_fd, &hello, bs->secret, deadline));
         rcci_hello_t got;
         RCC_CHECK(rcci_acceptor_accept(bs->acceptor, RCCI_HELLO_BOOTSTRAP, prev, 0, deadline,

@@ -200,6 +200,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     int next = (comm->rank + 1) % comm->nranks,
         prev = (comm->rank + comm->nranks - 1) % comm->nranks;
     const char *only = rcci_param_str(RCCI_PARAM_TRANSPORT);
+    char why[RCCI_ERR_TEXT_BYTES / 2] = ""; /* the last transport's reason not to run */
 
     rcci_transport_env_t env = {
         .rank = comm->rank, .nranks = comm->nranks, .comm_id = comm->comm_id};
@@ -218,6 +219,11 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     me->host_hash = comm_host_hash();
     me->nsocks = (int32_t)rcci_param_int(RCCI_PARAM_NSOCKS);
     me->nsocks_min_bytes = rcci_param_int(RCCI_PARAM_NSOCKS_MIN_BYTES);
+    /* A transport that cannot start here is no failure of the communicator:
+     * its reason must not linger as this thread's last error and cause. */
+    char saved_text[RCCI_ERR_TEXT_BYTES], saved_cause[RCCI_ERR_TEXT_BYTES];
+    snprintf(saved_text, sizeof saved_text, "%s", rcci_tls_error());
+    snprintf(saved_cause, sizeof saved_cause, "%s", rcci_tls_cause());
     for (int i = 0; rcci_transports[i] && i < COMM_MAX_TRANSPORTS; i++) {
         const rcci_transport_t *tr = rcci_transports[i];
         if (*only && strcmp(only, tr->name) != 0)
@@ -226,15 +232,27 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
             RCC_WARN("transport %s was built for ops table ABI %u; skipped", tr->name, tr->abi);
             continue;
         }
-        if (tr->init(&env, &comm->tctx[i]) == RCC_SUCCESS)
+        if (tr->init(&env, &comm->tctx[i]) == RCC_SUCCESS) {
             me->transports |= 1u << i;
-        else
+        } else {
             RCC_INFO("transport %s unavailable: %s", tr->name, rcci_tls_error());
+            snprintf(why, sizeof why, "%s unavailable: %s", tr->name, rcci_tls_error());
+        }
     }
+    if (!me->transports && *only && !why[0]) {
+        size_t used = 0;
+        for (int i = 0; rcci_transports[i] && used < sizeof why; i++)
+            used += (size_t)snprintf(why + used, sizeof why - used, "%s%s", i ? ", " : "",
+                                     rcci_transports[i]->name);
+        RCC_FAIL(RCC_ERR_INVALID_ARGUMENT,
+                 "RCC_TRANSPORT=%s names no transport built here (built: %s)", only, why);
+    }
+    if (me->transports)
+        rcci_tls_error_restore(saved_text, saved_cause);
     if (!me->transports)
-        RCC_FAIL(RCC_ERR_UNSUPPORTED, "no transport is usable%s%s%s",
-                 *only ? " (RCC_TRANSPORT=" : "", only,
-                 *only ? " names none that works here)" : "");
+        RCC_FAIL(RCC_ERR_UNSUPPORTED, "no transport is usable%s%s%s%s%s",
+                 *only ? " (RCC_TRANSPORT=" : "", only, *only ? "; " : "", *only ? why : "",
+                 *only ? ")" : "");
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, peers, sizeof *peers));
     for (int r = 0; r < comm->nranks; r++) {
         if (peers[r].nsocks != me->nsocks)
@@ -403,7 +421,7 @@ static rcc_result_t comm_setup(struct rcc_comm *comm)
                  "chunk %zu bytes, %d slots, allreduce algorithm %s (rd up to %lld bytes, "
                  "rabenseifner up to %lld), fusion up to %lld bytes, timeout %.0f s",
                  RCC_VERSION_STRING, RCC_HAVE_CUDA ? "built" : "not built",
-                 RCC_HAVE_IBVERBS ? "libibverbs found, transport not yet" : "not built",
+                 RCC_HAVE_IBVERBS ? "built" : "not built",
                  (unsigned long long)comm->comm_id, comm->nranks, comm->chunk_bytes, comm->slots,
                  rcci_param_str(RCCI_PARAM_ALGO),
                  (long long)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES),
@@ -443,8 +461,14 @@ static rcc_result_t comm_init(rcc_comm_t *out, int nranks, const rcci_id_t *id, 
     *out = comm;
     return RCC_SUCCESS;
 out:
-    if (comm)
+    if (comm) {
         rcci_bootstrap_fail(comm->bootstrap, rcci_tls_cause());
+        /* Ring neighbours that finished their set-up already may be in a
+         * collective with this rank: tell them why it goes. */
+        char text[RCCI_ERR_TEXT_BYTES + 48];
+        snprintf(text, sizeof text, "rank %d failed in its set-up: %s", rank, rcci_tls_error());
+        rcci_ring_notify(comm, res, text);
+    }
     rcci_error_prefix("rank %d of %d: ", rank, nranks);
     comm_discard(comm);
     return res;

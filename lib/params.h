@@ -47,7 +47,14 @@
       "testing: N sends every Nth checksum wrong, as damage on the way would (0: never)")          \
     X(SOCKET_CONGESTION, STR, "cubic", 0, 0,                                                       \
       "TCP congestion control of data sockets (TCP_CONGESTION); empty: the system's default")      \
-    X(TRANSPORT, STR, "", 0, 0, "force a transport by name (tcp); default: best per peer")         \
+    X(TRANSPORT, STR, "", 0, 0,                                                                    \
+      "force a transport by name (ibverbs, tcp); default: best per peer")                          \
+    X(IB_HCA, STR, "", 0, 0,                                                                       \
+      "RDMA device for the verbs transport: NAME or NAME:PORT (prefix match, as NCCL_IB_HCA); "    \
+      "default: the first device with an active port")                                            \
+    X(IB_SLOTS, INT, "8", 1, 64, "verbs transport: receive slots per connection and direction")    \
+    X(IB_SLOT_BYTES, INT, "512K", 4096, 16777216,                                                  \
+      "verbs transport: bytes per receive slot (a message larger fills several)")                  \
     X(ALGO, STR, "auto", 0, 0,                                                                     \
       "allreduce algorithm: auto (rd up to RCC_SMALL_MAX_BYTES, rabenseifner up to "               \
       "RCC_MID_MAX_BYTES on 2^k ranks, else ring), ring, rabenseifner, rd or direct")              \

@@ -27,11 +27,8 @@ static const struct {
     const char *missing; /* why it is not in this build */
 } info_known[] = {
     {"tcp", "(always built)"},
-    {"ibverbs", RCC_HAVE_IBVERBS
-                    ? "libibverbs was found at configure time, but the verbs transport is not "
-                      "written yet"
-                    : "not built: libibverbs/librdmacm not found at configure time "
-                      "(meson feature ibverbs)"},
+    {"ibverbs", "not built: libibverbs/librdmacm not found at configure time "
+                "(meson feature ibverbs)"},
     {"cudaipc", RCC_HAVE_CUDA ? "CUDA is built, but the CUDA-IPC transport is not written yet"
                               : "not built: no CUDA in this build (meson feature cuda)"},
 };
@@ -73,25 +70,14 @@ static void info_transport_usable(const rcci_transport_t *tr, char *why, size_t 
 static void info_transports(void)
 {
     printf("\nTransports (priority order; RCC_TRANSPORT forces one):\n");
-    for (size_t i = 0; i < sizeof info_known / sizeof info_known[0]; i++) {
-        const rcci_transport_t *tr = info_built(info_known[i].name);
+    for (int i = 0; rcci_transports[i]; i++) { /* built, in the registry's order */
         char why[512];
-        if (tr)
-            info_transport_usable(tr, why, sizeof why);
-        else
-            snprintf(why, sizeof why, "not usable: %s", info_known[i].missing);
-        printf("  %-8s %s\n", info_known[i].name, why);
+        info_transport_usable(rcci_transports[i], why, sizeof why);
+        printf("  %-8s %s\n", rcci_transports[i]->name, why);
     }
-    for (int i = 0; rcci_transports[i]; i++) { /* built but not in the list above */
-        int known = 0;
-        for (size_t k = 0; k < sizeof info_known / sizeof info_known[0]; k++)
-            known |= !strcmp(info_known[k].name, rcci_transports[i]->name);
-        if (!known) {
-            char why[512];
-            info_transport_usable(rcci_transports[i], why, sizeof why);
-            printf("  %-8s %s\n", rcci_transports[i]->name, why);
-        }
-    }
+    for (size_t k = 0; k < sizeof info_known / sizeof info_known[0]; k++)
+        if (!info_built(info_known[k].name))
+            printf("  %-8s not usable: %s\n", info_known[k].name, info_known[k].missing);
 }
 
 static void info_features(void)

@@ -1,11 +1,18 @@
 /* The transports built into this library, in priority order: the first
  * whose can_connect accepts a peer wins (RCC_TRANSPORT overrides). */
 #include "err.h"
+#include "rcc_config.h"
 #include "transport.h"
 
 extern const rcci_transport_t rcci_transport_tcp;
+#if RCC_HAVE_IBVERBS
+extern const rcci_transport_t rcci_transport_ibverbs;
+#endif
 
 const rcci_transport_t *const rcci_transports[] = {
+#if RCC_HAVE_IBVERBS
+    &rcci_transport_ibverbs, /* where its init finds an RDMA device for the job's address */
+#endif
     &rcci_transport_tcp,
     NULL,
 };

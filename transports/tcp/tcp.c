@@ -45,9 +45,7 @@ struct rcci_request {
     uint8_t header[RCCI_WIRE_HEADER_BYTES];
 };
 
-typedef struct {
-    struct rcci_request *head, *tail;
-} tcp_queue_t;
+#include "reqfifo.h" /* after struct rcci_request: its functions use it */
 
 struct rcci_conn {
     tcp_ctx_t *ctx;
@@ -59,27 +57,8 @@ struct rcci_conn {
     int goodbye;           /* ... and it said goodbye: no failure until used */
     char peer[96];
     char self[16]; /* "rank 3", for mismatch messages */
-    tcp_queue_t sends, recvs;
+    rcci_req_fifo_t sends, recvs;
 };
-
-static void tcp_queue_push(tcp_queue_t *q, struct rcci_request *r)
-{
-    r->next = NULL;
-    if (q->tail)
-        q->tail->next = r;
-    else
-        q->head = r;
-    q->tail = r;
-}
-
-static struct rcci_request *tcp_queue_pop(tcp_queue_t *q)
-{
-    struct rcci_request *r = q->head;
-    q->head = r->next;
-    if (!q->head)
-        q->tail = NULL;
-    return r;
-}
 
 static rcc_result_t tcp_init(const rcci_transport_env_t *env, void **tctx)
 {
@@ -286,7 +265,7 @@ static rcc_result_t tcp_post(rcci_conn_t *c, int is_send, const void *buf, size_
         if (rcci_param_int(RCCI_PARAM_CHECKSUM))
             rcci_wire_set_crc(r->header, tcp_send_crc(buf, bytes));
     }
-    tcp_queue_push(is_send ? &c->sends : &c->recvs, r);
+    rcci_req_fifo_push(is_send ? &c->sends : &c->recvs, r);
     *out = r;
     return RCC_SUCCESS;
 }
@@ -313,7 +292,7 @@ static rcc_result_t tcp_fail(rcci_conn_t *c, rcc_result_t code)
 }
 
 /* iovecs covering what is left of the queued messages, from the head on. */
-static int tcp_gather(tcp_queue_t *q, struct iovec *iov)
+static int tcp_gather(rcci_req_fifo_t *q, struct iovec *iov)
 {
     int n = 0;
     for (struct rcci_request *r = q->head; r && n + 2 <= TCP_IOV_MAX; r = r->next) {
@@ -370,7 +349,7 @@ static rcc_result_t tcp_take_notice(rcci_conn_t *c, const rcci_wire_frame_t *f,
 
 /* Credits `n` moved bytes to the queue in order, completing messages.
  * Received headers are validated as soon as they are whole. */
-static rcc_result_t tcp_advance(rcci_conn_t *c, tcp_queue_t *q, size_t n, int is_recv)
+static rcc_result_t tcp_advance(rcci_conn_t *c, rcci_req_fifo_t *q, size_t n, int is_recv)
 {
     while (n > 0) {
         struct rcci_request *r = q->head;
@@ -414,7 +393,7 @@ static rcc_result_t tcp_advance(rcci_conn_t *c, tcp_queue_t *q, size_t n, int is
         }
         if (r->moved == total) {
             r->complete = 1;
-            tcp_queue_pop(q);
+            rcci_req_fifo_pop(q);
         }
     }
     return RCC_SUCCESS;
@@ -456,37 +435,11 @@ static rcc_result_t tcp_drive(rcci_conn_t *c)
     return c->failed == RCC_SUCCESS ? RCC_SUCCESS : rcci_error(c->failed, "%s", c->failure);
 }
 
-/* Unlinks a request that is still queued (used when failing). */
-static void tcp_unlink(tcp_queue_t *q, struct rcci_request *r)
-{
-    struct rcci_request **pp = &q->head, *prev = NULL;
-    while (*pp && *pp != r)
-        prev = *pp, pp = &(*pp)->next;
-    if (!*pp)
-        return;
-    *pp = r->next;
-    if (q->tail == r)
-        q->tail = prev;
-}
-
 static rcc_result_t tcp_test(rcci_request_t *r, int *done)
 {
     rcci_conn_t *c = r->conn;
-    *done = 0;
-    if (!r->complete) {
-        rcc_result_t res = tcp_drive(c);
-        if (res != RCC_SUCCESS) {
-            tcp_unlink(&c->sends, r);
-            tcp_unlink(&c->recvs, r);
-            free(r);
-            return res;
-        }
-    }
-    if (r->complete) {
-        *done = 1;
-        free(r);
-    }
-    return RCC_SUCCESS;
+    rcc_result_t res = r->complete ? RCC_SUCCESS : tcp_drive(c);
+    return rcci_req_finish(&c->sends, &c->recvs, r, res, done);
 }
 
 static int tcp_wait_fd(rcci_conn_t *c) { return c->fd; }
@@ -607,9 +560,9 @@ static void tcp_close(rcci_conn_t *c)
 {
     if (!c)
         return;
-    for (tcp_queue_t *q = &c->sends; q; q = q == &c->sends ? &c->recvs : NULL)
+    for (rcci_req_fifo_t *q = &c->sends; q; q = q == &c->sends ? &c->recvs : NULL)
         while (q->head)
-            free(tcp_queue_pop(q));
+            free(rcci_req_fifo_pop(q));
     close(c->fd);
     free(c);
 }

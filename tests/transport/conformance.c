@@ -1,0 +1,608 @@
+/*
+ * The transport conformance suite: one set of tests, run over each transport
+ * that was built (meson test transport_NAME runs `test_transport NAME`),
+ * through the ops table of transports/transport.h alone. Two forked ranks
+ * (tests/mp's harness) on loopback: rank 0 listens and publishes its handle
+ * in shared memory, rank 1 connects. Every payload is compared byte for
+ * byte, with guard bytes past its end; every wait has a deadline.
+ *
+ * A transport that cannot run here (no device) makes the program print
+ * "SKIP: NAME: reason" and exit 77, meson's skip. The ranks use 127.0.0.1,
+ * or with RCC_SOCKET_IFNAME set the address of that interface (an RDMA
+ * device's, for ibverbs: RCC_SOCKET_IFNAME=eth0 meson test transport_ibverbs).
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "err.h"
+#include "socket.h"
+#include "mp.h"
+#include "comm.h" /* rcci_sig_describe */
+#include "transport.h"
+
+#define CONF_TIMEOUT_S 60
+#define CONF_WAIT_NS (20ll * 1000000000)
+#define GUARD 16
+
+static const rcci_transport_t *tr;
+
+/* What rank 0 publishes for rank 1: a listener's handle, and which
+ * connection (its tag + 1) it is for. */
+typedef struct {
+    uint32_t ready;
+    uint8_t handle[RCCI_HANDLE_BYTES];
+} conf_shared_t;
+
+static conf_shared_t *conf_shared(void)
+{
+    size_t size;
+    return mp_shared(&size);
+}
+
+static rcci_transport_env_t conf_env(int rank)
+{
+    rcci_transport_env_t env = {.rank = rank, .nranks = 2, .comm_id = 0x5eed};
+    memset(env.secret, 0xa5, sizeof env.secret);
+    const char *ifname = getenv("RCC_SOCKET_IFNAME");
+    rcci_addr_t a = {.len = sizeof(struct sockaddr_in)};
+    char name[64];
+    a.u.in = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (ifname && *ifname && rcci_addr_pick_local(ifname, NULL, &a, name, sizeof name))
+        fprintf(stderr, "RCC_SOCKET_IFNAME=%s: %s; using 127.0.0.1\n", ifname, rcci_tls_error());
+    memcpy(&env.local_addr, &a.u, a.len);
+    env.local_addr_len = a.len;
+    env.describe_sig = rcci_sig_describe;
+    return env;
+}
+
+static rcci_tag_t conf_tag(uint32_t seq)
+{
+    rcci_tag_t t = {.seq = seq};
+    memset(t.sig, 0, sizeof t.sig);
+    return t;
+}
+
+static void conf_fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        p[i] = (uint8_t)x;
+    }
+}
+
+/* A buffer with GUARD bytes of 0xee past its end. */
+static uint8_t *conf_buf(size_t n)
+{
+    uint8_t *p = malloc(n + GUARD);
+    memset(p, 0, n);
+    memset(p + n, 0xee, GUARD);
+    return p;
+}
+
+static int conf_check(const uint8_t *p, size_t n, uint32_t seed)
+{
+    uint8_t *want = malloc(n + 1);
+    conf_fill(want, n, seed);
+    int ok = memcmp(p, want, n) == 0;
+    free(want);
+    for (int i = 0; i < GUARD; i++)
+        ok = ok && p[n + i] == 0xee;
+    return ok;
+}
+
+/* Tests until done, sleeping on wait_fd between tries; the result, or
+ * RCC_ERR_TIMEOUT at the deadline. */
+static rcc_result_t conf_wait(rcci_conn_t *c, rcci_request_t *req, int64_t deadline)
+{
+    for (;;) {
+        int done;
+        rcc_result_t res = tr->test(req, &done);
+        if (res != RCC_SUCCESS || done)
+            return res;
+        if (rcci_now_ns() > deadline)
+            return RCC_ERR_TIMEOUT;
+        int fd = tr->wait_fd(c);
+        struct pollfd p = {.fd = fd, .events = POLLIN | POLLOUT};
+        if (fd >= 0)
+            poll(&p, 1, 1);
+    }
+}
+
+/* Both ends of one connection, set up per rank. */
+typedef struct {
+    void *ctx;
+    rcci_listener_t *listener;
+    rcci_conn_t *conn;
+} conf_end_t;
+
+static int conf_connect(int rank, uint32_t tag, conf_end_t *e)
+{
+    conf_shared_t *s = conf_shared();
+    rcci_transport_env_t env = conf_env(rank);
+    int64_t deadline = rcci_now_ns() + CONF_WAIT_NS;
+    *e = (conf_end_t){0};
+    if (tr->init(&env, &e->ctx) != RCC_SUCCESS)
+        MP_FAIL("init: %s", rcci_tls_error());
+    if (rank == 0) {
+        uint8_t handle[RCCI_HANDLE_BYTES];
+        if (tr->listen(e->ctx, handle, &e->listener) != RCC_SUCCESS)
+            MP_FAIL("listen: %s", rcci_tls_error());
+        memcpy(s->handle, handle, sizeof handle);
+        __atomic_store_n(&s->ready, tag + 1, __ATOMIC_RELEASE);
+        if (tr->accept(e->listener, 1, tag, deadline, &e->conn) != RCC_SUCCESS)
+            MP_FAIL("accept: %s", rcci_tls_error());
+    } else {
+        while (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != tag + 1) {
+            if (rcci_now_ns() > deadline)
+                MP_FAIL("rank 0 never listened");
+            usleep(1000);
+        }
+        if (tr->connect(e->ctx, s->handle, tag, deadline, &e->conn) != RCC_SUCCESS)
+            MP_FAIL("connect: %s", rcci_tls_error());
+    }
+    return 0;
+}
+
+static void conf_close(conf_end_t *e)
+{
+    if (e->conn)
+        tr->close(e->conn);
+    if (e->listener)
+        tr->close_listener(e->listener);
+    if (e->ctx)
+        tr->fini(e->ctx);
+}
+
+/* Sends (rank `from`) or receives one message of `n` bytes and checks it. */
+static int conf_move(conf_end_t *e, int sending, size_t n, uint32_t seq)
+{
+    uint8_t *buf = conf_buf(n);
+    rcci_tag_t tag = conf_tag(seq);
+    rcci_request_t *req;
+    if (sending)
+        conf_fill(buf, n, seq);
+    rcc_result_t res = sending ? tr->isend(e->conn, buf, n, &tag, NULL, &req)
+                               : tr->irecv(e->conn, buf, n, &tag, NULL, &req);
+    if (res == RCC_SUCCESS)
+        res = conf_wait(e->conn, req, rcci_now_ns() + CONF_WAIT_NS);
+    int ok = res == RCC_SUCCESS && conf_check(buf, n, seq);
+    free(buf);
+    if (!ok)
+        MP_FAIL("%s of %zu bytes (#%u): %s: %s", sending ? "send" : "receive", n, seq,
+                rcc_strerror(res), res == RCC_SUCCESS ? "the bytes differ" : rcci_tls_error());
+    return 0;
+}
+
+static int conf_run(mp_rank_fn fn) { return mp_run(2, fn, NULL, CONF_TIMEOUT_S); }
+
+/* ---- connect ---- */
+
+static int connect_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 7, &e))
+        return 1;
+    /* One message each way proves both directions. */
+    if (conf_move(&e, rank == 1, 100, 1) || conf_move(&e, rank == 0, 3, 2))
+        return 1;
+    if (rank == 0) { /* a tag nobody connects with: the deadline, not a hang */
+        int64_t t0 = rcci_now_ns();
+        rcci_conn_t *none;
+        rcc_result_t res = tr->accept(e.listener, 1, 99, t0 + 300000000ll, &none);
+        if (res != RCC_ERR_TIMEOUT || rcci_now_ns() - t0 > 5000000000ll)
+            MP_FAIL("accept of a tag never sent gave %s", rcc_strerror(res));
+    }
+    conf_close(&e);
+    return 0;
+}
+
+START_TEST(connect_both_ways) { ck_assert_int_eq(conf_run(connect_rank), 0); }
+END_TEST
+
+/* ---- sizes ---- */
+
+static const size_t sizes[] = {0,       1,     2,      3,      7,       47,
+                               48,      49,    4095,   4096,   4097,    65535,
+                               65536,   65537, 100003, 262144, 1 << 20, (1 << 20) + 7,
+                               3 << 20, 5,     0,      1};
+
+/* Rank 1 sends every size, rank 0 receives and sends each back. */
+static int sizes_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        if (conf_move(&e, rank == 1, sizes[i], (uint32_t)i) ||
+            conf_move(&e, rank == 0, sizes[i], 1000 + (uint32_t)i))
+            return 1;
+    conf_close(&e);
+    return 0;
+}
+
+START_TEST(many_sizes) { ck_assert_int_eq(conf_run(sizes_rank), 0); }
+END_TEST
+
+/* ---- out-of-order completion ---- */
+
+#define OOO_N 24
+
+/* All requests posted at once, then tested from the last to the first:
+ * testing any request moves the connection. */
+static int ooo_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    uint8_t *buf[OOO_N];
+    rcci_request_t *req[OOO_N];
+    int64_t deadline = rcci_now_ns() + CONF_WAIT_NS;
+    for (int i = 0; i < OOO_N; i++) {
+        size_t n = (size_t)(i * 7919) % 200000 + (size_t)i;
+        buf[i] = conf_buf(n);
+        rcci_tag_t tag = conf_tag((uint32_t)i);
+        rcc_result_t res;
+        if (rank == 1) {
+            conf_fill(buf[i], n, (uint32_t)i);
+            res = tr->isend(e.conn, buf[i], n, &tag, NULL, &req[i]);
+        } else {
+            res = tr->irecv(e.conn, buf[i], n, &tag, NULL, &req[i]);
+        }
+        if (res != RCC_SUCCESS)
+            MP_FAIL("post #%d: %s", i, rcci_tls_error());
+    }
+    for (int i = OOO_N - 1; i >= 0; i--) {
+        size_t n = (size_t)(i * 7919) % 200000 + (size_t)i;
+        rcc_result_t res = conf_wait(e.conn, req[i], deadline);
+        if (res != RCC_SUCCESS)
+            MP_FAIL("request #%d: %s: %s", i, rcc_strerror(res), rcci_tls_error());
+        if (!conf_check(buf[i], n, (uint32_t)i))
+            MP_FAIL("message #%d (%zu bytes) differs", i, n);
+        free(buf[i]);
+    }
+    conf_close(&e);
+    return 0;
+}
+
+START_TEST(out_of_order_completion) { ck_assert_int_eq(conf_run(ooo_rank), 0); }
+END_TEST
+
+/* ---- flow control under pressure ---- */
+
+#define PRESS_N 48
+#define PRESS_BYTES (256 * 1024 + 3)
+
+/* Both ranks post PRESS_N sends at once, far beyond any buffering, and the
+ * receives only 0.2 s later, one at a time: nothing may be lost,
+ * overwritten or deadlocked. */
+static int pressure_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    uint8_t *out[PRESS_N];
+    rcci_request_t *sreq[PRESS_N];
+    int64_t deadline = rcci_now_ns() + CONF_WAIT_NS;
+    for (int i = 0; i < PRESS_N; i++) {
+        out[i] = conf_buf(PRESS_BYTES);
+        conf_fill(out[i], PRESS_BYTES, (uint32_t)(rank * 1000 + i));
+        rcci_tag_t tag = conf_tag((uint32_t)i);
+        if (tr->isend(e.conn, out[i], PRESS_BYTES, &tag, NULL, &sreq[i]) != RCC_SUCCESS)
+            MP_FAIL("isend #%d: %s", i, rcci_tls_error());
+    }
+    usleep(200000);
+    uint8_t *in = conf_buf(PRESS_BYTES);
+    for (int i = 0; i < PRESS_N; i++) {
+        rcci_tag_t tag = conf_tag((uint32_t)i);
+        rcci_request_t *r;
+        memset(in, 0, PRESS_BYTES);
+        if (tr->irecv(e.conn, in, PRESS_BYTES, &tag, NULL, &r) != RCC_SUCCESS ||
+            conf_wait(e.conn, r, deadline) != RCC_SUCCESS)
+            MP_FAIL("receive #%d: %s", i, rcci_tls_error());
+        if (!conf_check(in, PRESS_BYTES, (uint32_t)((1 - rank) * 1000 + i)))
+            MP_FAIL("message #%d differs", i);
+    }
+    for (int i = 0; i < PRESS_N; i++) {
+        if (conf_wait(e.conn, sreq[i], deadline) != RCC_SUCCESS)
+            MP_FAIL("send #%d: %s", i, rcci_tls_error());
+        if (!conf_check(out[i], PRESS_BYTES, (uint32_t)(rank * 1000 + i)))
+            MP_FAIL("send buffer #%d was changed", i);
+        free(out[i]);
+    }
+    free(in);
+    conf_close(&e);
+    return 0;
+}
+
+START_TEST(flow_control_under_pressure) { ck_assert_int_eq(conf_run(pressure_rank), 0); }
+END_TEST
+
+/* ---- large transfers ---- */
+
+static int large_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    size_t n = mp_scaled((64u << 20) + 13); /* 64 MiB and 13 bytes */
+    if (conf_move(&e, rank == 1, n, 1) || conf_move(&e, rank == 0, 1, 2))
+        return 1;
+    conf_close(&e);
+    return 0;
+}
+
+START_TEST(large_transfer) { ck_assert_int_eq(conf_run(large_rank), 0); }
+END_TEST
+
+/* ---- mismatches ---- */
+
+/* A message of another sequence number, then one of another length: the
+ * receiver fails with RCC_ERR_MISMATCH, then (new connection) REMOTE. */
+static int mismatch_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    static const struct {
+        uint32_t send_seq, recv_seq;
+        size_t send_n, recv_n;
+        rcc_result_t want;
+    } cases[] = {{5, 6, 64, 64, RCC_ERR_MISMATCH}, {5, 5, 64, 65, RCC_ERR_REMOTE}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        conf_end_t e;
+        if (conf_connect(rank, (uint32_t)k, &e))
+            return 1;
+        uint8_t *buf = conf_buf(cases[k].recv_n + cases[k].send_n);
+        rcci_tag_t tag = conf_tag(rank == 1 ? cases[k].send_seq : cases[k].recv_seq);
+        rcci_request_t *r;
+        rcc_result_t res = rank == 1 ? tr->isend(e.conn, buf, cases[k].send_n, &tag, NULL, &r)
+                                     : tr->irecv(e.conn, buf, cases[k].recv_n, &tag, NULL, &r);
+        if (res == RCC_SUCCESS)
+            res = conf_wait(e.conn, r, rcci_now_ns() + CONF_WAIT_NS);
+        if (rank == 0 && res != cases[k].want)
+            MP_FAIL("case %zu: receive gave %s (%s), not %s", k, rcc_strerror(res),
+                    rcci_tls_error(), rcc_strerror(cases[k].want));
+        if (rank == 1) /* the receiver's verdict first, then the next connection */
+            usleep(100000);
+        free(buf);
+        conf_close(&e);
+    }
+    return 0;
+}
+
+START_TEST(mismatches_are_named) { ck_assert_int_eq(conf_run(mismatch_rank), 0); }
+END_TEST
+
+/* ---- a failure notice ---- */
+
+static int notice_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    if (rank == 1) {
+        tr->notify(e.conn, RCC_ERR_MISMATCH, "rank 1 failed: waited too long for rank 3");
+        usleep(300000); /* the notice lands before the close */
+    } else {
+        uint8_t buf[8];
+        rcci_tag_t tag = conf_tag(0), seen;
+        int found = RCCI_PEEK_NONE;
+        int64_t deadline = rcci_now_ns() + CONF_WAIT_NS;
+        rcc_result_t res = RCC_SUCCESS;
+        while (res == RCC_SUCCESS && rcci_now_ns() < deadline) {
+            res = tr->peek(e.conn, &seen, &found);
+            usleep(1000);
+        }
+        if (res != RCC_ERR_MISMATCH || found != RCCI_PEEK_NOTICE ||
+            !strstr(rcci_tls_error(), "waited too long for rank 3"))
+            MP_FAIL("peek gave %s, found %d: %s", rcc_strerror(res), found, rcci_tls_error());
+        rcci_request_t *r;
+        res = tr->irecv(e.conn, buf, sizeof buf, &tag, NULL, &r);
+        if (res == RCC_SUCCESS)
+            res = conf_wait(e.conn, r, deadline);
+        if (res != RCC_ERR_MISMATCH)
+            MP_FAIL("a receive after the notice gave %s", rcc_strerror(res));
+    }
+    conf_close(&e);
+    return 0;
+}
+
+START_TEST(failure_notice) { ck_assert_int_eq(conf_run(notice_rank), 0); }
+END_TEST
+
+/* ---- peek and announce ---- */
+
+/* Rank 1 announces the operation it waits in, then sends a message rank 0
+ * has not posted a receive for: peek reports the announcement (once), then
+ * the message's tag without taking it; probe says the peer is there; the
+ * receive posted afterwards gets the message whole. */
+static int peek_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    if (rank == 1) {
+        rcci_tag_t waiting = conf_tag(41);
+        tr->announce(e.conn, &waiting);
+        if (conf_move(&e, 1, 777, 42))
+            return 1;
+        usleep(200000); /* rank 0's checks, before the close */
+        conf_close(&e);
+        return 0;
+    }
+    int64_t deadline = rcci_now_ns() + CONF_WAIT_NS;
+    int want[] = {RCCI_PEEK_ANNOUNCE, RCCI_PEEK_DATA, RCCI_PEEK_DATA};
+    uint32_t want_seq[] = {41, 42, 42};
+    for (int k = 0; k < 3; k++) {
+        rcci_tag_t seen;
+        int found = RCCI_PEEK_NONE;
+        while (found == RCCI_PEEK_NONE && rcci_now_ns() < deadline) {
+            if (tr->peek(e.conn, &seen, &found) != RCC_SUCCESS)
+                MP_FAIL("peek #%d: %s", k, rcci_tls_error());
+            if (found == RCCI_PEEK_NONE)
+                usleep(1000);
+        }
+        if (found != want[k] || seen.seq != want_seq[k])
+            MP_FAIL("peek #%d found %d (seq %u), not %d (seq %u)", k, found, seen.seq, want[k],
+                    want_seq[k]);
+    }
+    if (tr->probe(e.conn) != RCC_SUCCESS)
+        MP_FAIL("probe with a message waiting: %s", rcci_tls_error());
+    if (conf_move(&e, 0, 777, 42))
+        return 1;
+    conf_close(&e);
+    return 0;
+}
+
+START_TEST(peek_and_announce) { ck_assert_int_eq(conf_run(peek_rank), 0); }
+END_TEST
+
+/* ---- peer loss ---- */
+
+/* Rank 1 dies (SIGKILL) while rank 0 waits in a receive: the receive, and
+ * probe, fail with RCC_ERR_PEER_LOST well before the deadline. */
+static int loss_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    if (rank == 1) {
+        if (conf_move(&e, 1, 1000, 1))
+            return 1;
+        usleep(100000);
+        kill(getpid(), SIGKILL);
+    }
+    if (conf_move(&e, 0, 1000, 1))
+        return 1;
+    uint8_t buf[64];
+    rcci_tag_t tag = conf_tag(2);
+    rcci_request_t *r;
+    int64_t t0 = rcci_now_ns();
+    rcc_result_t res = tr->irecv(e.conn, buf, sizeof buf, &tag, NULL, &r);
+    if (res == RCC_SUCCESS)
+        res = conf_wait(e.conn, r, t0 + CONF_WAIT_NS);
+    if (res != RCC_ERR_PEER_LOST || rcci_now_ns() - t0 > 10000000000ll)
+        MP_FAIL("receive from a dead peer gave %s after %.1f s: %s", rcc_strerror(res),
+                (double)(rcci_now_ns() - t0) / 1e9, rcci_tls_error());
+    if (tr->probe(e.conn) != RCC_ERR_PEER_LOST)
+        MP_FAIL("probe of a dead peer did not say so");
+    conf_close(&e);
+    return 0;
+}
+
+START_TEST(peer_loss)
+{
+    int st[2];
+    mp_run_status(2, loss_rank, NULL, CONF_TIMEOUT_S, st);
+    ck_assert_int_eq(st[0], 0);
+    ck_assert_int_eq(st[1], 128 + SIGKILL);
+}
+END_TEST
+
+/* ---- teardown while busy ---- */
+
+/* Rank 0 closes its connection with sends and receives in flight (they are
+ * cancelled and freed: the sanitizer runs check no leak), then frees the
+ * context; rank 1 gets the message whole or PEER_LOST, and PEER_LOST for
+ * the next. */
+static int teardown_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    size_t n = 8u << 20;
+    uint8_t *a = conf_buf(n), *b = conf_buf(n);
+    rcci_tag_t t0 = conf_tag(0), t1 = conf_tag(1);
+    rcci_request_t *r0, *r1;
+    int64_t deadline = rcci_now_ns() + CONF_WAIT_NS;
+    if (rank == 0) {
+        int done;
+        if (tr->isend(e.conn, a, n, &t0, NULL, &r0) != RCC_SUCCESS ||
+            tr->irecv(e.conn, b, n, &t1, NULL, &r1) != RCC_SUCCESS ||
+            tr->test(r0, &done) != RCC_SUCCESS)
+            MP_FAIL("posting: %s", rcci_tls_error());
+        usleep(20000);
+        conf_close(&e); /* r0 (unless done, then freed already) and r1 go with it */
+    } else {
+        rcc_result_t res = tr->irecv(e.conn, b, n, &t0, NULL, &r0);
+        if (res == RCC_SUCCESS)
+            res = conf_wait(e.conn, r0, deadline);
+        if (res == RCC_SUCCESS) { /* it all came before the close */
+            res = tr->irecv(e.conn, a, n, &t1, NULL, &r1);
+            if (res == RCC_SUCCESS)
+                res = conf_wait(e.conn, r1, deadline);
+        }
+        if (res != RCC_ERR_PEER_LOST)
+            MP_FAIL("a receive from a peer that closed gave %s: %s", rcc_strerror(res),
+                    rcci_tls_error());
+        conf_close(&e);
+    }
+    free(a);
+    free(b);
+    return 0;
+}
+
+START_TEST(teardown_while_busy) { ck_assert_int_eq(conf_run(teardown_rank), 0); }
+END_TEST
+
+static Suite *conformance_suite(void)
+{
+    Suite *s = suite_create(tr->name);
+    TCase *tc = tcase_create("conformance");
+    tcase_set_timeout(tc, 3 * CONF_TIMEOUT_S);
+    tcase_add_test(tc, connect_both_ways);
+    tcase_add_test(tc, many_sizes);
+    tcase_add_test(tc, out_of_order_completion);
+    tcase_add_test(tc, flow_control_under_pressure);
+    tcase_add_test(tc, large_transfer);
+    tcase_add_test(tc, mismatches_are_named);
+    tcase_add_test(tc, failure_notice);
+    tcase_add_test(tc, peek_and_announce);
+    tcase_add_test(tc, peer_loss);
+    tcase_add_test(tc, teardown_while_busy);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    const char *name = argc > 1 ? argv[1] : "";
+    for (int i = 0; rcci_transports[i]; i++)
+        if (strcmp(rcci_transports[i]->name, name) == 0)
+            tr = rcci_transports[i];
+    if (!tr) {
+        fprintf(stderr, "usage: %s TRANSPORT (one built here:", argv[0]);
+        for (int i = 0; rcci_transports[i]; i++)
+            fprintf(stderr, " %s", rcci_transports[i]->name);
+        fprintf(stderr, ")\n");
+        return 2;
+    }
+    /* Whether it can run here at all: its own reason when not. */
+    rcci_transport_env_t env = conf_env(0);
+    void *ctx;
+    if (tr->init(&env, &ctx) != RCC_SUCCESS) {
+        printf("SKIP: %s: %s\n", tr->name, rcci_tls_error());
+        return 77;
+    }
+    tr->fini(ctx);
+    SRunner *sr = srunner_create(conformance_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,1035 @@
+/*
+ * The verbs transport: the thin shell that carries out what proto.h,
+ * connstate.h and hello.h decide, over librdmacm (connection set-up, RoCE
+ * and InfiniBand alike) and libibverbs (RC queue pairs, one completion
+ * queue per connection).
+ *
+ * Data path (proto.h): a message is copied into this side's staging slots
+ * and written with RDMA WRITE WITH IMMEDIATE into the peer's receive slots;
+ * the receiver copies it out into the posted buffer and returns credits by
+ * zero-length SENDs with immediate. A send completes when its last
+ * fragment is posted (its bytes are staged), as a TCP send does when the
+ * socket took it. Buffers registered with reg_mem go into the registration
+ * cache (mrcache.h) for one-sided use later; isend/irecv stage every buffer.
+ *
+ * The engine polls through test; while idle it sleeps on wait_fd, an epoll
+ * set of the connection's completion channel (armed with ibv_req_notify_cq
+ * whenever a poll found nothing) and its rdma_cm channel (disconnects).
+ * Static names start with verbs_ (ibv_ is libibverbs' own).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "connstate.h"
+#include "device.h"
+#include "err.h"
+#include "hello.h"
+#include "log.h"
+#include "mrcache.h"
+#include "params.h"
+#include "proto.h"
+#include "socket.h"
+#include "tcp/wire.h"
+#include "transport.h"
+
+#define IBV_ATTEMPTS 5      /* connection attempts to an unreachable peer */
+#define IBV_RESOLVE_MS 2000 /* rdma_resolve_addr/route timeouts */
+#define IBV_RETRY_PAUSE_NS 100000000ll
+#define IBV_POLL_BATCH 32
+#define IBV_MR_CACHE 64
+#define IBV_PENDING_MAX 64 /* valid connect requests held for later accepts */
+#define IBV_WR_RECV 0u     /* wr_id of a receive */
+#define IBV_WR_WRITE 1u    /* wr_id of a data write */
+#define IBV_WR_CONTROL 2u  /* wr_id of a credit or close */
+
+/* Returns a failure at once (functions without a cleanup label). */
+#define IBV_TRY(expr)                                                                              \
+    do {                                                                                           \
+        rcc_result_t ibv_try_res_ = (expr);                                                        \
+        if (ibv_try_res_ != RCC_SUCCESS)                                                           \
+            return ibv_try_res_;                                                                   \
+    } while (0)
+
+typedef struct {
+    rcci_transport_env_t env;
+    rcci_ibv_device_t dev;
+    rcci_mrc_t mrs;
+    rcci_ibp_geom_t geom;
+} verbs_ctx_t;
+
+typedef struct {
+    struct rdma_cm_id *id;
+    rcci_ibh_t hello;
+} verbs_pending_t;
+
+struct rcci_listener {
+    verbs_ctx_t *ctx;
+    struct rdma_event_channel *ch;
+    struct rdma_cm_id *id;
+    pthread_mutex_t lock; /* sweep_listener may run beside accept */
+    verbs_pending_t pending[IBV_PENDING_MAX];
+    int npending;
+};
+
+struct rcci_request {
+    struct rcci_conn *conn;
+    struct rcci_request *next;
+    char *buf;
+    size_t bytes;
+    uint64_t sent; /* wire bytes staged and posted (send) */
+    rcci_tag_t tag;
+    int complete;
+};
+
+#include "reqfifo.h" /* after struct rcci_request: its functions use it */
+
+struct rcci_conn {
+    verbs_ctx_t *ctx;
+    rcci_ibc_t state;
+    struct rdma_event_channel *cm_ch;
+    struct rdma_cm_id *id;
+    struct ibv_comp_channel *comp_ch;
+    struct ibv_cq *cq;
+    int cq_armed;
+    int epfd; /* wait_fd: comp_ch and cm_ch */
+    char *slots, *staging;
+    struct ibv_mr *slots_mr, *staging_mr;
+    uint64_t remote_addr;
+    uint32_t remote_rkey;
+    rcci_ibp_tx_t tx;
+    rcci_ibp_rx_t rx;
+    int sq_depth, sq_used;
+    rcc_result_t failed; /* sticky */
+    char failure[RCCI_ERR_TEXT_BYTES];
+    int failed_by_notice;
+    int announced; /* an announcement is waiting for peek */
+    rcci_tag_t announce_tag;
+    char peer[96];
+    char self[16];
+    rcci_req_fifo_t sends, recvs;
+};
+
+/* ---- small helpers ---- */
+
+static rcc_result_t verbs_fail(rcci_conn_t *c, rcc_result_t code)
+{
+    if (c->failed == RCC_SUCCESS) {
+        c->failed = code;
+        snprintf(c->failure, sizeof c->failure, "%s", rcci_tls_error());
+    }
+    return c->failed;
+}
+
+static rcc_result_t verbs_failed(rcci_conn_t *c) { return rcci_error(c->failed, "%s", c->failure); }
+
+static rcci_ibc_event_t verbs_cm_event(enum rdma_cm_event_type t)
+{
+    switch (t) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED: return RCCI_IBC_EV_ADDR_RESOLVED;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED: return RCCI_IBC_EV_ROUTE_RESOLVED;
+    case RDMA_CM_EVENT_ESTABLISHED: return RCCI_IBC_EV_ESTABLISHED;
+    case RDMA_CM_EVENT_REJECTED: return RCCI_IBC_EV_REJECTED;
+    case RDMA_CM_EVENT_UNREACHABLE: return RCCI_IBC_EV_UNREACHABLE;
+    case RDMA_CM_EVENT_DISCONNECTED:
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT: return RCCI_IBC_EV_DISCONNECTED;
+    default: /* ADDR_ERROR, ROUTE_ERROR, CONNECT_ERROR, ... */ return RCCI_IBC_EV_ERROR;
+    }
+}
+
+static rcc_result_t verbs_nonblocking(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return rcci_error_errno(RCC_ERR_SYSTEM, errno, "fcntl(O_NONBLOCK)");
+    return RCC_SUCCESS;
+}
+
+/* Waits for the next rdma_cm event on `ch` until the deadline. */
+static rcc_result_t verbs_next_cm_event(struct rdma_event_channel *ch, int64_t deadline_ns,
+                                        struct rdma_cm_event **ev)
+{
+    for (;;) {
+        if (rdma_get_cm_event(ch, ev) == 0)
+            return RCC_SUCCESS;
+        if (errno != EAGAIN && errno != EINTR)
+            return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_get_cm_event");
+        struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+        int ms = rcci_ms_until(deadline_ns, 100);
+        if (ms == 0 && rcci_now_ns() >= deadline_ns)
+            return RCC_ERR_TIMEOUT;
+        poll(&p, 1, ms);
+    }
+}
+
+/* ---- context ---- */
+
+static rcc_result_t verbs_reg(void *arg, void *addr, size_t bytes, void **handle)
+{
+    verbs_ctx_t *ctx = arg;
+    struct ibv_mr *mr =
+        ibv_reg_mr(ctx->dev.pd, addr, bytes,
+                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    if (!mr)
+        return rcci_error_errno(RCC_ERR_SYSTEM, errno, "ibv_reg_mr of %zu bytes at %p on %s", bytes,
+                                addr, ctx->dev.name);
+    *handle = mr;
+    return RCC_SUCCESS;
+}
+
+static void verbs_dereg(void *arg, void *handle)
+{
+    (void)arg;
+    ibv_dereg_mr(handle);
+}
+
+static rcc_result_t verbs_init(const rcci_transport_env_t *env, void **tctx)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    verbs_ctx_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return rcci_error(RCC_ERR_NO_MEMORY, "verbs context");
+    ctx->env = *env;
+    ctx->geom = (rcci_ibp_geom_t){.nslots = (uint32_t)rcci_param_int(RCCI_PARAM_IB_SLOTS),
+                                  .slot_bytes = (uint32_t)rcci_param_int(RCCI_PARAM_IB_SLOT_BYTES)};
+    RCC_CHECK(rcci_ibp_geom_check(&ctx->geom, "RCC_IB_SLOTS/RCC_IB_SLOT_BYTES"));
+    RCC_CHECK(rcci_ibv_device_open(env, &ctx->dev));
+    rcci_mrc_ops_t ops = {verbs_reg, verbs_dereg, ctx};
+    res = rcci_mrc_init(&ctx->mrs, &ops, IBV_MR_CACHE, (size_t)sysconf(_SC_PAGESIZE));
+    if (res != RCC_SUCCESS)
+        rcci_ibv_device_close(&ctx->dev);
+out:
+    if (res != RCC_SUCCESS)
+        free(ctx);
+    else
+        *tctx = ctx;
+    return res;
+}
+
+static void verbs_fini(void *tctx)
+{
+    verbs_ctx_t *ctx = tctx;
+    rcci_mrc_fini(&ctx->mrs);
+    rcci_ibv_device_close(&ctx->dev);
+    free(ctx);
+}
+
+static rcc_result_t verbs_can_connect(void *tctx, const rcci_peer_info_t *me,
+                                      const rcci_peer_info_t *peer, int *priority)
+{
+    (void)tctx, (void)me, (void)peer;
+    *priority = 10; /* both ends started it: their addresses are on RDMA devices */
+    return RCC_SUCCESS;
+}
+
+/* ---- connection resources ---- */
+
+static void verbs_conn_free(rcci_conn_t *c)
+{
+    if (c->id && c->id->qp)
+        rdma_destroy_qp(c->id);
+    if (c->id)
+        rdma_destroy_id(c->id);
+    if (c->cq)
+        ibv_destroy_cq(c->cq);
+    if (c->comp_ch)
+        ibv_destroy_comp_channel(c->comp_ch);
+    if (c->cm_ch)
+        rdma_destroy_event_channel(c->cm_ch);
+    if (c->slots_mr)
+        ibv_dereg_mr(c->slots_mr);
+    if (c->staging_mr)
+        ibv_dereg_mr(c->staging_mr);
+    if (c->epfd >= 0)
+        close(c->epfd);
+    free(c->slots);
+    free(c->staging);
+    free(c);
+}
+
+/* Everything but the cm id and its QP: slots, CQ, channels. */
+static rcc_result_t verbs_conn_new(verbs_ctx_t *ctx, const char *peer, rcci_conn_t **out)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    rcci_conn_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return rcci_error(RCC_ERR_NO_MEMORY, "verbs connection");
+    c->ctx = ctx;
+    c->epfd = -1;
+    rcci_ibc_init(&c->state, IBV_ATTEMPTS);
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
+    snprintf(c->self, sizeof c->self, "rank %d", ctx->env.rank);
+    size_t region = (size_t)ctx->geom.nslots * ctx->geom.slot_bytes;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (posix_memalign((void **)&c->slots, page, region) ||
+        posix_memalign((void **)&c->staging, page, region))
+        RCC_FAIL(RCC_ERR_NO_MEMORY, "verbs slots of %zu bytes", region);
+    c->slots_mr =
+        ibv_reg_mr(ctx->dev.pd, c->slots, region, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    c->staging_mr = ibv_reg_mr(ctx->dev.pd, c->staging, region, IBV_ACCESS_LOCAL_WRITE);
+    if (!c->slots_mr || !c->staging_mr)
+        RCC_FAIL(RCC_ERR_SYSTEM, "ibv_reg_mr of 2 x %zu bytes on %s: %s", region, ctx->dev.name,
+                 strerror(errno));
+    c->sq_depth = 2 * (int)ctx->geom.nslots + 4;
+    int cqe = c->sq_depth + RCCI_IBP_RECV_DEPTH((int)ctx->geom.nslots);
+    c->comp_ch = ibv_create_comp_channel(ctx->dev.verbs);
+    c->cq = c->comp_ch ? ibv_create_cq(ctx->dev.verbs, cqe, c, c->comp_ch, 0) : NULL;
+    c->cm_ch = rdma_create_event_channel();
+    c->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (!c->cq || !c->cm_ch || c->epfd < 0)
+        RCC_FAIL(RCC_ERR_SYSTEM, "completion queue, channels for %s on %s: %s", peer, ctx->dev.name,
+                 strerror(errno));
+    RCC_CHECK(verbs_nonblocking(c->comp_ch->fd));
+    RCC_CHECK(verbs_nonblocking(c->cm_ch->fd));
+    struct epoll_event e = {.events = EPOLLIN};
+    if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->comp_ch->fd, &e) ||
+        epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->cm_ch->fd, &e))
+        RCC_FAIL(RCC_ERR_SYSTEM, "epoll_ctl: %s", strerror(errno));
+    rcci_ibp_tx_init(&c->tx, &ctx->geom);
+    rcci_ibp_rx_init(&c->rx, &ctx->geom);
+out:
+    if (res != RCC_SUCCESS)
+        verbs_conn_free(c);
+    else
+        *out = c;
+    return res;
+}
+
+static rcc_result_t verbs_post_recvs(rcci_conn_t *c, int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct ibv_recv_wr wr = {.wr_id = IBV_WR_RECV}, *bad;
+        int err = ibv_post_recv(c->id->qp, &wr, &bad); /* returns the errno value */
+        if (err)
+            return rcci_error_errno(RCC_ERR_SYSTEM, err, "ibv_post_recv to %s", c->peer);
+    }
+    return RCC_SUCCESS;
+}
+
+/* The RC queue pair on c->id, its receives posted before the peer can write. */
+static rcc_result_t verbs_make_qp(rcci_conn_t *c)
+{
+    int depth = RCCI_IBP_RECV_DEPTH((int)c->ctx->geom.nslots);
+    struct ibv_qp_init_attr qa = {.send_cq = c->cq,
+                                  .recv_cq = c->cq,
+                                  .qp_type = IBV_QPT_RC,
+                                  .cap = {.max_send_wr = (uint32_t)c->sq_depth,
+                                          .max_recv_wr = (uint32_t)depth,
+                                          .max_send_sge = 1,
+                                          .max_recv_sge = 1}};
+    if (rdma_create_qp(c->id, c->ctx->dev.pd, &qa))
+        return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_create_qp for %s", c->peer);
+    return verbs_post_recvs(c, depth);
+}
+
+static void verbs_my_hello(rcci_conn_t *c, uint32_t tag, uint8_t out[RCCI_IBH_BYTES])
+{
+    rcci_ibh_t h = {.rank = c->ctx->env.rank,
+                    .tag = tag,
+                    .comm_id = c->ctx->env.comm_id,
+                    .slots_addr = (uint64_t)(uintptr_t)c->slots,
+                    .rkey = c->slots_mr->rkey,
+                    .geom = c->ctx->geom};
+    rcci_ibh_encode(out, &h, c->ctx->env.secret);
+}
+
+/* The peer's slots, from its hello. Both ends must use one geometry. */
+static rcc_result_t verbs_take_hello(rcci_conn_t *c, const rcci_ibh_t *h)
+{
+    if (h->geom.nslots != c->ctx->geom.nslots || h->geom.slot_bytes != c->ctx->geom.slot_bytes)
+        return rcci_error(RCC_ERR_INVALID_USAGE,
+                          "%s has %u verbs slots of %u bytes, this rank %u of %u: set "
+                          "RCC_IB_SLOTS and RCC_IB_SLOT_BYTES alike on every rank",
+                          c->peer, h->geom.nslots, h->geom.slot_bytes, c->ctx->geom.nslots,
+                          c->ctx->geom.slot_bytes);
+    c->remote_addr = h->slots_addr;
+    c->remote_rkey = h->rkey;
+    return RCC_SUCCESS;
+}
+
+static struct rdma_conn_param verbs_conn_param(const uint8_t *hello)
+{
+    return (struct rdma_conn_param){.private_data = hello,
+                                    .private_data_len = RCCI_IBH_BYTES,
+                                    .responder_resources = 1,
+                                    .initiator_depth = 1,
+                                    .retry_count = 7,
+                                    .rnr_retry_count = 7}; /* 7: retry receiver-not-ready forever */
+}
+
+/* ---- set-up ---- */
+
+static rcc_result_t verbs_listen(void *tctx, void *handle, rcci_listener_t **out)
+{
+    verbs_ctx_t *ctx = tctx;
+    rcci_listener_t *l = calloc(1, sizeof *l);
+    if (!l)
+        return rcci_error(RCC_ERR_NO_MEMORY, "verbs listener");
+    l->ctx = ctx;
+    pthread_mutex_init(&l->lock, NULL);
+    rcci_addr_t local = {.len = ctx->env.local_addr_len};
+    memcpy(&local.u, &ctx->env.local_addr, local.len);
+    rcci_addr_set_port(&local, 0);
+    rcc_result_t res = RCC_SUCCESS;
+    l->ch = rdma_create_event_channel();
+    if (!l->ch || verbs_nonblocking(l->ch->fd) != RCC_SUCCESS ||
+        rdma_create_id(l->ch, &l->id, l, RDMA_PS_TCP) || rdma_bind_addr(l->id, &local.u.sa) ||
+        rdma_listen(l->id, 128))
+        RCC_FAIL(RCC_ERR_SYSTEM, "verbs listener on %s: %s", ctx->dev.name, strerror(errno));
+    rcci_addr_t bound = {.len = local.len};
+    memcpy(&bound.u, rdma_get_local_addr(l->id), local.len);
+    memset(handle, 0, RCCI_HANDLE_BYTES);
+    rcci_addr_to_wire(&bound, (rcci_wire_addr_t *)handle);
+    *out = l;
+out:
+    if (res != RCC_SUCCESS) {
+        if (l->id)
+            rdma_destroy_id(l->id);
+        if (l->ch)
+            rdma_destroy_event_channel(l->ch);
+        pthread_mutex_destroy(&l->lock);
+        free(l);
+    }
+    return res;
+}
+
+/* Carries out a state machine action on the active side. */
+static rcc_result_t verbs_act(rcci_conn_t *c, rcci_ibc_action_t act, const rcci_addr_t *to,
+                              uint32_t tag)
+{
+    rcci_addr_t src = {.len = c->ctx->env.local_addr_len};
+    memcpy(&src.u, &c->ctx->env.local_addr, src.len);
+    rcci_addr_set_port(&src, 0);
+    uint8_t hello[RCCI_IBH_BYTES];
+    struct rdma_conn_param param;
+    switch (act) {
+    case RCCI_IBC_DO_RETRY:
+        if (c->id->qp)
+            rdma_destroy_qp(c->id);
+        rdma_destroy_id(c->id);
+        c->id = NULL;
+        nanosleep(&(struct timespec){0, IBV_RETRY_PAUSE_NS}, NULL);
+        if (rdma_create_id(c->cm_ch, &c->id, c, RDMA_PS_TCP))
+            return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_create_id");
+        /* fall through */
+    case RCCI_IBC_DO_RESOLVE_ADDR:
+        if (rdma_resolve_addr(c->id, &src.u.sa, (struct sockaddr *)&to->u.sa, IBV_RESOLVE_MS))
+            return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_resolve_addr %s", c->peer);
+        return RCC_SUCCESS;
+    case RCCI_IBC_DO_RESOLVE_ROUTE:
+        if (rdma_resolve_route(c->id, IBV_RESOLVE_MS))
+            return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_resolve_route %s", c->peer);
+        return RCC_SUCCESS;
+    case RCCI_IBC_DO_CONNECT: {
+        rcc_result_t res = verbs_make_qp(c);
+        if (res != RCC_SUCCESS)
+            return res;
+        verbs_my_hello(c, tag, hello);
+        param = verbs_conn_param(hello);
+        if (rdma_connect(c->id, &param))
+            return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_connect %s", c->peer);
+        return RCC_SUCCESS;
+    }
+    case RCCI_IBC_DO_NONE: return RCC_SUCCESS;
+    default: return rcci_ibc_error(&c->state, c->peer);
+    }
+}
+
+static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, int64_t deadline_ns,
+                                  rcci_conn_t **out)
+{
+    verbs_ctx_t *ctx = tctx;
+    rcci_addr_t to;
+    rcc_result_t res = rcci_addr_from_wire(handle, &to);
+    if (res != RCC_SUCCESS)
+        return res;
+    char text[80];
+    rcci_addr_format(&to, text, sizeof text);
+    rcci_conn_t *c;
+    IBV_TRY(verbs_conn_new(ctx, text, &c));
+    if (rdma_create_id(c->cm_ch, &c->id, c, RDMA_PS_TCP))
+        res = rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_create_id");
+    else
+        res = verbs_act(c, rcci_ibc_step(&c->state, RCCI_IBC_EV_CONNECT), &to, tag);
+    while (res == RCC_SUCCESS && c->state.state != RCCI_IBC_READY) {
+        struct rdma_cm_event *ev;
+        res = verbs_next_cm_event(c->cm_ch, deadline_ns, &ev);
+        if (res == RCC_ERR_TIMEOUT) {
+            rcci_ibc_step(&c->state, RCCI_IBC_EV_DEADLINE);
+            res = rcci_ibc_error(&c->state, c->peer);
+            break;
+        }
+        if (res != RCC_SUCCESS)
+            break;
+        rcci_ibc_event_t e = verbs_cm_event(ev->event);
+        rcci_ibh_t h;
+        if (e == RCCI_IBC_EV_ESTABLISHED)
+            res = rcci_ibh_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &h,
+                                  ctx->env.secret, c->peer);
+        rdma_ack_cm_event(ev);
+        if (res == RCC_SUCCESS && e == RCCI_IBC_EV_ESTABLISHED)
+            res = verbs_take_hello(c, &h);
+        if (res == RCC_SUCCESS)
+            res = verbs_act(c, rcci_ibc_step(&c->state, e), &to, tag);
+    }
+    if (res != RCC_SUCCESS)
+        verbs_conn_free(c);
+    else
+        *out = c;
+    return res;
+}
+
+/* Takes connect requests off the listener without blocking: strangers are
+ * rejected, valid ones held for accept. */
+static void verbs_take_requests(rcci_listener_t *l)
+{
+    struct rdma_cm_event *ev;
+    while (rdma_get_cm_event(l->ch, &ev) == 0) {
+        if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+            rdma_ack_cm_event(ev);
+            continue;
+        }
+        rcci_ibh_t h;
+        struct rdma_cm_id *id = ev->id;
+        rcc_result_t res =
+            rcci_ibh_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &h,
+                            l->ctx->env.secret, "a verbs peer");
+        rdma_ack_cm_event(ev); /* before any destroy: rdma_destroy_id waits for its acks */
+        if (res == RCC_SUCCESS && h.comm_id != l->ctx->env.comm_id)
+            res = rcci_error(RCC_ERR_REMOTE, "a connection of another communicator");
+        if (res == RCC_SUCCESS && l->npending >= IBV_PENDING_MAX)
+            res = rcci_error(RCC_ERR_NO_MEMORY, "%d connections wait for accept already",
+                             IBV_PENDING_MAX);
+        if (res == RCC_SUCCESS) {
+            l->pending[l->npending++] = (verbs_pending_t){id, h};
+        } else {
+            RCC_INFO("ibverbs: refused a connection: %s", rcci_tls_error());
+            rdma_reject(id, NULL, 0);
+            rdma_destroy_id(id);
+        }
+    }
+}
+
+/* Accepts the held request `p`: its own channel, slots and QP, then waits
+ * for ESTABLISHED. */
+static rcc_result_t verbs_accept_one(rcci_listener_t *l, verbs_pending_t *p, int64_t deadline_ns,
+                                     rcci_conn_t **out)
+{
+    char text[96];
+    snprintf(text, sizeof text, "rank %d", (int)p->hello.rank);
+    rcci_conn_t *c;
+    rcc_result_t res = verbs_conn_new(l->ctx, text, &c);
+    if (res != RCC_SUCCESS) {
+        rdma_reject(p->id, NULL, 0);
+        rdma_destroy_id(p->id);
+        return res;
+    }
+    c->id = p->id;
+    if (rdma_migrate_id(c->id, c->cm_ch))
+        RCC_FAIL(RCC_ERR_SYSTEM, "rdma_migrate_id: %s", strerror(errno));
+    c->id->context = c;
+    RCC_CHECK(verbs_take_hello(c, &p->hello));
+    RCC_CHECK(verbs_make_qp(c));
+    if (rcci_ibc_step(&c->state, RCCI_IBC_EV_REQUEST) != RCCI_IBC_DO_ACCEPT)
+        RCC_FAIL(RCC_ERR_INTERNAL, "verbs accept out of order");
+    uint8_t hello[RCCI_IBH_BYTES];
+    verbs_my_hello(c, p->hello.tag, hello);
+    struct rdma_conn_param param = verbs_conn_param(hello);
+    if (rdma_accept(c->id, &param))
+        RCC_FAIL(RCC_ERR_SYSTEM, "rdma_accept %s: %s", c->peer, strerror(errno));
+    while (c->state.state == RCCI_IBC_ACCEPTING) {
+        struct rdma_cm_event *ev;
+        res = verbs_next_cm_event(c->cm_ch, deadline_ns, &ev);
+        rcci_ibc_event_t e = RCCI_IBC_EV_DEADLINE;
+        if (res == RCC_SUCCESS) {
+            e = verbs_cm_event(ev->event);
+            rdma_ack_cm_event(ev);
+        } else if (res != RCC_ERR_TIMEOUT) {
+            goto out;
+        }
+        res = RCC_SUCCESS;
+        if (rcci_ibc_step(&c->state, e) == RCCI_IBC_DO_FAIL)
+            RCC_CHECK(rcci_ibc_error(&c->state, c->peer));
+    }
+    *out = c;
+    c = NULL;
+out:
+    if (c)
+        verbs_conn_free(c);
+    return res;
+}
+
+static rcc_result_t verbs_accept(rcci_listener_t *l, int peer_rank, uint32_t tag,
+                                 int64_t deadline_ns, rcci_conn_t **out)
+{
+    pthread_mutex_lock(&l->lock);
+    rcc_result_t res = RCC_ERR_TIMEOUT;
+    for (;;) {
+        verbs_take_requests(l);
+        for (int i = 0; i < l->npending; i++) {
+            if (l->pending[i].hello.rank != peer_rank || l->pending[i].hello.tag != tag)
+                continue;
+            verbs_pending_t p = l->pending[i];
+            l->pending[i] = l->pending[--l->npending];
+            res = verbs_accept_one(l, &p, deadline_ns, out);
+            goto out;
+        }
+        if (rcci_now_ns() >= deadline_ns)
+            break;
+        struct pollfd pf = {.fd = l->ch->fd, .events = POLLIN};
+        poll(&pf, 1, rcci_ms_until(deadline_ns, 100));
+    }
+    res = rcci_error(RCC_ERR_TIMEOUT, "no verbs connection from rank %d (tag %u) came", peer_rank,
+                     tag);
+out:
+    pthread_mutex_unlock(&l->lock);
+    return res;
+}
+
+static void verbs_sweep_listener(rcci_listener_t *l)
+{
+    if (pthread_mutex_trylock(&l->lock) != 0)
+        return; /* accept is running: it takes the requests */
+    verbs_take_requests(l);
+    pthread_mutex_unlock(&l->lock);
+}
+
+static void verbs_close_listener(rcci_listener_t *l)
+{
+    if (!l)
+        return;
+    for (int i = 0; i < l->npending; i++) {
+        rdma_reject(l->pending[i].id, NULL, 0);
+        rdma_destroy_id(l->pending[i].id);
+    }
+    rdma_destroy_id(l->id);
+    rdma_destroy_event_channel(l->ch);
+    pthread_mutex_destroy(&l->lock);
+    free(l);
+}
+
+/* ---- memory ---- */
+
+struct rcci_mr {
+    rcci_mrc_entry_t *entry;
+};
+
+static rcc_result_t verbs_reg_mem(void *tctx, void *ptr, size_t bytes, rcci_mem_type_t type,
+                                  rcci_mr_t **out)
+{
+    verbs_ctx_t *ctx = tctx;
+    /* CUDA memory registers directly where nvidia-peermem (or the dmabuf
+     * path in the driver) lets ibv_reg_mr take a device pointer; else it
+     * fails here and the caller stages through host memory. */
+    (void)type;
+    rcci_mr_t *mr = calloc(1, sizeof *mr);
+    if (!mr)
+        return rcci_error(RCC_ERR_NO_MEMORY, "verbs memory handle");
+    rcc_result_t res = rcci_mrc_get(&ctx->mrs, ptr, bytes, &mr->entry);
+    if (res != RCC_SUCCESS) {
+        free(mr);
+        return res;
+    }
+    *out = mr;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t verbs_dereg_mem(void *tctx, rcci_mr_t *mr)
+{
+    verbs_ctx_t *ctx = tctx;
+    if (mr) {
+        rcci_mrc_release(&ctx->mrs, mr->entry);
+        free(mr);
+    }
+    return RCC_SUCCESS;
+}
+
+/* ---- data path ---- */
+
+static int verbs_sq_free(const rcci_conn_t *c) { return c->sq_used < c->sq_depth; }
+
+static rcc_result_t verbs_post_send(rcci_conn_t *c, struct ibv_send_wr *wr)
+{
+    struct ibv_send_wr *bad;
+    wr->send_flags = IBV_SEND_SIGNALED;
+    int err = ibv_post_send(c->id->qp, wr, &bad); /* returns the errno value */
+    if (err)
+        return verbs_fail(c, rcci_error_errno(RCC_ERR_SYSTEM, err, "ibv_post_send to %s", c->peer));
+    c->sq_used++;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t verbs_post_control(rcci_conn_t *c, uint32_t imm)
+{
+    struct ibv_send_wr wr = {
+        .wr_id = IBV_WR_CONTROL, .opcode = IBV_WR_SEND_WITH_IMM, .imm_data = htonl(imm)};
+    return verbs_post_send(c, &wr);
+}
+
+/* Stages the next fragment of a message (header `hdr`, payload `buf`) and
+ * writes it; 0 when no slot or send queue entry is free. */
+static int verbs_write_next(rcci_conn_t *c, const uint8_t *hdr, const char *buf, size_t bytes,
+                            uint64_t *sent)
+{
+    rcci_ibp_frag_t f;
+    if (!verbs_sq_free(c) || !rcci_ibp_tx_next(&c->tx, bytes, sent, &f))
+        return 0;
+    char *st = c->staging + f.remote_offset;
+    memcpy(st, hdr, f.header_bytes); /* 0 but in the first fragment */
+    if (f.payload_bytes)
+        memcpy(st + f.header_bytes, buf + f.payload_offset, f.payload_bytes);
+    struct ibv_sge sge = {.addr = (uintptr_t)st, .length = f.len, .lkey = c->staging_mr->lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = IBV_WR_WRITE,
+        .sg_list = &sge,
+        .num_sge = 1,
+        .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+        .imm_data = htonl(f.imm),
+        .wr.rdma = {.remote_addr = c->remote_addr + f.remote_offset, .rkey = c->remote_rkey}};
+    return verbs_post_send(c, &wr) == RCC_SUCCESS;
+}
+
+/* A failure notice in the slot at hand: fails the connection with its text. */
+static rcc_result_t verbs_take_notice(rcci_conn_t *c, const rcci_wire_frame_t *f, const char *slot)
+{
+    char text[RCCI_WIRE_NOTICE_MAX + 1];
+    size_t n = (size_t)f->length;
+    memcpy(text, slot + RCCI_WIRE_HEADER_BYTES, n);
+    text[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
+            text[i] = '?';
+    c->failed_by_notice = 1;
+    return verbs_fail(c, rcci_error(f->notice_res, "%s", n ? text : "a peer failed (no detail)"));
+}
+
+/* The header at the start of the next slot. Notices fail the connection,
+ * announcements are taken and kept for peek; data is left (*is_data). */
+static rcc_result_t verbs_next_header(rcci_conn_t *c, rcci_wire_frame_t *f, int *is_data)
+{
+    rcci_ibp_slot_t s;
+    *is_data = 0;
+    if (!rcci_ibp_rx_peek(&c->rx, &s) || !s.starts_message)
+        return RCC_SUCCESS;
+    const char *slot = c->slots + (size_t)s.slot * c->ctx->geom.slot_bytes;
+    rcc_result_t res = rcci_wire_parse((const uint8_t *)slot, f, c->peer);
+    if (res == RCC_SUCCESS && f->notice)
+        res = rcci_ibp_rx_start(&c->rx, f->length, c->peer);
+    if (res == RCC_SUCCESS && f->notice)
+        return verbs_take_notice(c, f, slot);
+    if (res == RCC_SUCCESS && f->announce) {
+        rcci_ibp_take_t t;
+        res = rcci_ibp_rx_start(&c->rx, 0, c->peer);
+        if (res == RCC_SUCCESS)
+            res = rcci_ibp_rx_take(&c->rx, &t, c->peer);
+        c->announced = 1;
+        c->announce_tag = f->tag;
+        return res == RCC_SUCCESS ? RCC_SUCCESS : verbs_fail(c, res);
+    }
+    if (res != RCC_SUCCESS)
+        return verbs_fail(c, res);
+    *is_data = 1;
+    return RCC_SUCCESS;
+}
+
+/* Copies arrived slots into the posted receives, in order. */
+static rcc_result_t verbs_deliver(rcci_conn_t *c)
+{
+    rcci_ibp_slot_t s;
+    while (c->failed == RCC_SUCCESS && c->recvs.head && rcci_ibp_rx_peek(&c->rx, &s)) {
+        struct rcci_request *r = c->recvs.head;
+        rcc_result_t res = RCC_SUCCESS;
+        if (s.starts_message) {
+            rcci_wire_frame_t f;
+            int is_data;
+            RCC_CHECK(verbs_next_header(c, &f, &is_data));
+            if (!is_data)
+                continue;
+            res =
+                rcci_wire_match(&f, &r->tag, r->bytes, c->peer, c->self, c->ctx->env.describe_sig);
+            if (res == RCC_SUCCESS)
+                res = rcci_ibp_rx_start(&c->rx, f.length, c->peer);
+            if (res != RCC_SUCCESS)
+                return verbs_fail(c, res);
+        }
+        rcci_ibp_take_t t;
+        res = rcci_ibp_rx_take(&c->rx, &t, c->peer);
+        if (res != RCC_SUCCESS)
+            return verbs_fail(c, res);
+        memcpy(r->buf + t.payload_offset,
+               c->slots + (size_t)t.slot * c->ctx->geom.slot_bytes + t.slot_offset, t.bytes);
+        if (t.last) {
+            r->complete = 1;
+            rcci_req_fifo_pop(&c->recvs);
+        }
+    }
+out:
+    return c->failed;
+}
+
+static rcc_result_t verbs_on_completion(rcci_conn_t *c, const struct ibv_wc *wc)
+{
+    if (wc->wr_id != IBV_WR_RECV) /* opcode is undefined in failed completions: wr_id tells */
+        c->sq_used--;
+    if (wc->status != IBV_WC_SUCCESS) {
+        if (rcci_ibc_step(&c->state, RCCI_IBC_EV_ERROR) == RCCI_IBC_DO_FAIL)
+            return verbs_fail(c, rcci_error(RCC_ERR_PEER_LOST, "verbs to %s failed: %s", c->peer,
+                                            ibv_wc_status_str(wc->status)));
+        return RCC_SUCCESS; /* flushed after the peer left */
+    }
+    if (wc->wr_id != IBV_WR_RECV)
+        return wc->wr_id == IBV_WR_WRITE ? rcci_ibp_tx_completed(&c->tx) : RCC_SUCCESS;
+    rcc_result_t res = verbs_post_recvs(c, 1);
+    rcci_ibp_imm_t imm;
+    if (res == RCC_SUCCESS)
+        res = rcci_ibp_imm_parse(ntohl(wc->imm_data), &imm, c->peer);
+    if (res != RCC_SUCCESS)
+        return verbs_fail(c, res);
+    switch (imm.kind) {
+    case RCCI_IBP_IMM_DATA: res = rcci_ibp_rx_arrived(&c->rx, &imm, c->peer); break;
+    case RCCI_IBP_IMM_CREDIT: res = rcci_ibp_tx_credit(&c->tx, imm.taken, c->peer); break;
+    case RCCI_IBP_IMM_CLOSE: rcci_ibc_step(&c->state, RCCI_IBC_EV_PEER_CLOSE); break;
+    }
+    return res == RCC_SUCCESS ? RCC_SUCCESS : verbs_fail(c, res);
+}
+
+/* rdma_cm events of an established connection: disconnects. */
+static void verbs_cm_events(rcci_conn_t *c)
+{
+    struct rdma_cm_event *ev;
+    while (rdma_get_cm_event(c->cm_ch, &ev) == 0) {
+        rcci_ibc_event_t e = verbs_cm_event(ev->event);
+        rdma_ack_cm_event(ev);
+        rcci_ibc_step(&c->state, e);
+    }
+}
+
+/* Polls completions; *any when there were some. */
+static rcc_result_t verbs_poll(rcci_conn_t *c, int *any)
+{
+    struct ibv_wc wc[IBV_POLL_BATCH];
+    int n;
+    while ((n = ibv_poll_cq(c->cq, IBV_POLL_BATCH, wc)) > 0) {
+        *any = 1;
+        for (int i = 0; i < n; i++) {
+            rcc_result_t res = verbs_on_completion(c, &wc[i]);
+            if (res != RCC_SUCCESS)
+                return res;
+        }
+    }
+    if (n < 0)
+        return verbs_fail(c, rcci_error(RCC_ERR_SYSTEM, "ibv_poll_cq on %s failed", c->peer));
+    return RCC_SUCCESS;
+}
+
+/* Everything that can move now: completions, deliveries, credits, sends.
+ * When nothing did, arms the completion channel so wait_fd wakes. */
+static rcc_result_t verbs_drive(rcci_conn_t *c)
+{
+    struct ibv_cq *cq;
+    void *cq_ctx;
+    if (c->cq_armed && ibv_get_cq_event(c->comp_ch, &cq, &cq_ctx) == 0) {
+        ibv_ack_cq_events(cq, 1);
+        c->cq_armed = 0;
+    }
+    verbs_cm_events(c);
+    while (c->failed == RCC_SUCCESS) {
+        int any = 0;
+        IBV_TRY(verbs_poll(c, &any));
+        IBV_TRY(verbs_deliver(c));
+        uint32_t imm;
+        while (verbs_sq_free(c) && rcci_ibp_rx_credit_due(&c->rx, &imm)) {
+            IBV_TRY(verbs_post_control(c, imm));
+            any = 1;
+        }
+        while (c->sends.head && c->state.state == RCCI_IBC_READY) {
+            struct rcci_request *r = c->sends.head;
+            uint8_t hdr[RCCI_WIRE_HEADER_BYTES];
+            rcci_wire_encode(hdr, &r->tag, r->bytes);
+            if (!verbs_write_next(c, hdr, r->buf, r->bytes, &r->sent))
+                break;
+            any = 1;
+            if (r->sent == RCCI_WIRE_HEADER_BYTES + r->bytes) {
+                r->complete = 1;
+                rcci_req_fifo_pop(&c->sends);
+            }
+        }
+        if (any)
+            continue;
+        if (!c->cq_armed) { /* arm, then look once more: no wake-up is lost */
+            ibv_req_notify_cq(c->cq, 0);
+            c->cq_armed = 1;
+            continue;
+        }
+        break;
+    }
+    if (c->failed == RCC_SUCCESS && c->state.state != RCCI_IBC_READY &&
+        !rcci_ibp_rx_peek(&c->rx, &(rcci_ibp_slot_t){0}) && (c->recvs.head || c->sends.head))
+        return verbs_fail(c, rcci_ibc_error(&c->state, c->peer));
+    return c->failed == RCC_SUCCESS ? RCC_SUCCESS : verbs_failed(c);
+}
+
+static rcc_result_t verbs_post(rcci_conn_t *c, int is_send, const void *buf, size_t bytes,
+                               const rcci_tag_t *tag, rcci_request_t **out)
+{
+    if (c->failed != RCC_SUCCESS)
+        return verbs_failed(c);
+    rcci_request_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return rcci_error(RCC_ERR_NO_MEMORY, "verbs request");
+    *r = (rcci_request_t){.conn = c, .buf = (char *)buf, .bytes = bytes, .tag = *tag};
+    rcci_req_fifo_push(is_send ? &c->sends : &c->recvs, r);
+    *out = r;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t verbs_isend(rcci_conn_t *c, const void *buf, size_t bytes,
+                                const rcci_tag_t *tag, rcci_mr_t *mr, rcci_request_t **req)
+{
+    (void)mr;
+    return verbs_post(c, 1, buf, bytes, tag, req);
+}
+
+static rcc_result_t verbs_irecv(rcci_conn_t *c, void *buf, size_t bytes, const rcci_tag_t *tag,
+                                rcci_mr_t *mr, rcci_request_t **req)
+{
+    (void)mr;
+    return verbs_post(c, 0, buf, bytes, tag, req);
+}
+
+static rcc_result_t verbs_test(rcci_request_t *r, int *done)
+{
+    rcci_conn_t *c = r->conn;
+    rcc_result_t res = r->complete ? RCC_SUCCESS : verbs_drive(c);
+    return rcci_req_finish(&c->sends, &c->recvs, r, res, done);
+}
+
+static int verbs_wait_fd(rcci_conn_t *c) { return c->epfd; }
+
+static rcc_result_t verbs_peek(rcci_conn_t *c, rcci_tag_t *tag, int *found)
+{
+    *found = RCCI_PEEK_NONE;
+    if (c->failed == RCC_SUCCESS && !c->recvs.head)
+        verbs_drive(c);
+    if (c->failed != RCC_SUCCESS) {
+        if (c->failed_by_notice)
+            *found = RCCI_PEEK_NOTICE;
+        return verbs_failed(c);
+    }
+    if (c->recvs.head)
+        return RCC_SUCCESS; /* a posted receive notices a close or a notice by itself */
+    rcci_wire_frame_t f;
+    int is_data;
+    rcc_result_t res = verbs_next_header(c, &f, &is_data);
+    if (res != RCC_SUCCESS) {
+        *found = c->failed_by_notice ? RCCI_PEEK_NOTICE : RCCI_PEEK_NONE;
+        return res;
+    }
+    if (c->announced) {
+        c->announced = 0;
+        *tag = c->announce_tag;
+        *found = RCCI_PEEK_ANNOUNCE;
+    } else if (is_data) {
+        *tag = f.tag;
+        *found = RCCI_PEEK_DATA;
+    } else if (c->state.state != RCCI_IBC_READY) {
+        return verbs_fail(c, rcci_ibc_error(&c->state, c->peer));
+    }
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t verbs_probe(rcci_conn_t *c)
+{
+    rcci_tag_t tag;
+    int found;
+    rcc_result_t res = verbs_peek(c, &tag, &found);
+    if (found == RCCI_PEEK_ANNOUNCE) { /* probe takes nothing: keep it for peek */
+        c->announced = 1;
+        c->announce_tag = tag;
+    }
+    return res;
+}
+
+/* Writes a header-only message (and `text`) now, or not at all: only at a
+ * message boundary of the send stream, with a slot free. */
+static void verbs_send_frame_now(rcci_conn_t *c, const uint8_t *hdr, const char *text, size_t len)
+{
+    if (c->failed != RCC_SUCCESS || c->state.state != RCCI_IBC_READY ||
+        (c->sends.head && c->sends.head->sent > 0))
+        return;
+    verbs_poll(c, &(int){0});
+    uint64_t sent = 0;
+    verbs_write_next(c, hdr, text, len, &sent); /* best effort */
+}
+
+static void verbs_announce(rcci_conn_t *c, const rcci_tag_t *tag)
+{
+    if (!c)
+        return;
+    uint8_t hdr[RCCI_WIRE_HEADER_BYTES];
+    rcci_wire_encode_announce(hdr, tag);
+    verbs_send_frame_now(c, hdr, NULL, 0);
+}
+
+static void verbs_notify(rcci_conn_t *c, rcc_result_t res, const char *text)
+{
+    if (!c)
+        return;
+    size_t len = strlen(text);
+    len = len < RCCI_WIRE_NOTICE_MAX ? len : RCCI_WIRE_NOTICE_MAX;
+    uint8_t hdr[RCCI_WIRE_HEADER_BYTES];
+    rcci_wire_encode_notice(hdr, res, len);
+    verbs_send_frame_now(c, hdr, text, len);
+}
+
+static void verbs_close(rcci_conn_t *c)
+{
+    if (!c)
+        return;
+    if (rcci_ibc_step(&c->state, RCCI_IBC_EV_CLOSE) == RCCI_IBC_DO_DISCONNECT) {
+        verbs_poll(c, &(int){0});
+        if (verbs_sq_free(c))
+            verbs_post_control(c, rcci_ibp_imm_close()); /* best effort, before the disconnect */
+        rdma_disconnect(c->id);
+    }
+    for (rcci_req_fifo_t *q = &c->sends; q; q = q == &c->sends ? &c->recvs : NULL)
+        while (q->head)
+            free(rcci_req_fifo_pop(q));
+    verbs_conn_free(c);
+}
+
+const rcci_transport_t rcci_transport_ibverbs = {
+    .abi = RCCI_TRANSPORT_ABI,
+    .size = sizeof(rcci_transport_t),
+    .name = "ibverbs",
+    .caps = 0, /* staged: host memory, two-sided (write is for later) */
+    .init = verbs_init,
+    .fini = verbs_fini,
+    .can_connect = verbs_can_connect,
+    .listen = verbs_listen,
+    .connect = verbs_connect,
+    .accept = verbs_accept,
+    .close_listener = verbs_close_listener,
+    .reg_mem = verbs_reg_mem,
+    .dereg_mem = verbs_dereg_mem,
+    .isend = verbs_isend,
+    .irecv = verbs_irecv,
+    .test = verbs_test,
+    .write = rcci_transport_unsupported_write,
+    .wait_fd = verbs_wait_fd,
+    .close = verbs_close,
+    .probe = verbs_probe,
+    .peek = verbs_peek,
+    .notify = verbs_notify,
+    .announce = verbs_announce,
+    .sweep_listener = verbs_sweep_listener,
+};
