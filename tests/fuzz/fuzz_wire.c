@@ -55,9 +55,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rcci_wire_frame_t f;
     rcc_result_t res = rcci_wire_parse(header, &f, PEER);
     if (res == RCC_SUCCESS && f.notice)
-        FUZZ_ASSERT(f.length <= RCCI_WIRE_NOTICE_MAX && f.notice_res != RCC_SUCCESS,
+        FUZZ_ASSERT(f.length <= RCCI_WIRE_NOTICE_MAX &&
+                        strcmp(rcc_result_name(f.notice_res), "RCC_UNKNOWN_RESULT") != 0,
                     "notice of %llu bytes, code %d", (unsigned long long)f.length,
-                    (int)f.notice_res);
+                    (int)f.notice_res); /* code 0 is a goodbye */
     if (res == RCC_SUCCESS && f.announce)
         FUZZ_ASSERT(f.length == 0, "announcement with %llu bytes", (unsigned long long)f.length);
     if (res != RCC_SUCCESS)

@@ -6,5 +6,7 @@
 set -eu
 fuzzer=$1 seeds=$2 work=$3 seconds=$4
 mkdir -p "$work/corpus" "$work/artifacts"
+# libFuzzer's own failure status is 77, which meson reads as SKIP: 1 instead.
 exec "$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -error_exitcode=1 -timeout_exitcode=1 \
     -artifact_prefix="$work/artifacts/" "$work/corpus" "$seeds"
