@@ -23,6 +23,7 @@
  * each message's first and last 8 bytes are checked. Exit status 1 on any
  * error or wrong byte, 2 for bad arguments.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -34,6 +35,7 @@
 #include "clock.h"
 #include "comm.h"
 #include "err.h"
+#include "report.h"
 #include "transport.h"
 
 #define LP_NAME "ringcc-linkperf"
@@ -46,7 +48,11 @@ typedef struct {
     size_t minbytes, maxbytes;
     long factor, msgs, window, warmup, check;
     int bidir;
+    const char *json_path, *csv_path; /* --json, --csv: the results as data too ("-": stdout) */
 } lp_opts_t;
+
+/* The table's stream: stdout, or stderr when a --json/--csv report takes stdout. */
+static FILE *lp_text;
 
 typedef struct {
     const rcci_transport_t *tr;
@@ -71,7 +77,10 @@ static void lp_usage(FILE *f)
             "  -w  warmup messages per size, not timed (default: 128 MiB of them, 8 to 1024;\n"
             "      a TCP connection's windows take about that long to open)\n"
             "  -B  both directions at once (bidirectional bandwidth)\n"
-            "  -c  1: check every byte received; 0: the first and last 8 (default)\n",
+            "  -c  1: check every byte received; 0: the first and last 8 (default)\n"
+            "  --json PATH, --csv PATH  also write the results as data to PATH ('-': stdout,\n"
+            "      the table then goes to stderr); busbw_GBps is the link's GB/s, so that\n"
+            "      bench/plot_busbw.py draws it beside the collectives\n",
             LP_NAME);
 }
 
@@ -96,11 +105,15 @@ static void lp_parse(int argc, char **argv, lp_opts_t *o)
                      .msgs = 64,
                      .window = 16,
                      .warmup = -1};
+    static const struct option longopts[] = {
+        {"json", required_argument, NULL, 'J'}, {"csv", required_argument, NULL, 'V'}, {0}};
     int c;
-    while ((c = getopt(argc, argv, "t:b:e:f:n:W:w:Bc:h")) != -1) {
+    while ((c = getopt_long(argc, argv, "t:b:e:f:n:W:w:Bc:h", longopts, NULL)) != -1) {
         long *lv = NULL, lo = 0, hi = 0;
         switch (c) {
         case 't': o->transport = optarg; continue;
+        case 'J': o->json_path = optarg; continue;
+        case 'V': o->csv_path = optarg; continue;
         case 'B': o->bidir = 1; continue;
         case 'h': lp_usage(stdout); exit(0);
         case 'b':
@@ -122,6 +135,31 @@ static void lp_parse(int argc, char **argv, lp_opts_t *o)
         lp_die_usage("unexpected argument '%s'", argv[optind]);
     if (o->minbytes > o->maxbytes)
         lp_die_usage("-b %zu is larger than -e %zu", o->minbytes, o->maxbytes);
+    if (o->json_path && o->csv_path && !strcmp(o->json_path, "-") && !strcmp(o->csv_path, "-"))
+        lp_die_usage("--json - and --csv - cannot both take stdout");
+}
+
+/* Rank 0's --json/--csv reports (NULL when not asked for). */
+static void lp_reports_open(report_t *rep[2], const lp_opts_t *o, const char *transport)
+{
+    const char *paths[2] = {o->json_path, o->csv_path};
+    const report_format_t formats[2] = {REPORT_JSON, REPORT_CSV};
+    for (int k = 0; k < 2; k++) {
+        rep[k] = NULL;
+        if (!paths[k])
+            continue;
+        if (!(rep[k] = report_open(paths[k], formats[k], LP_NAME))) {
+            fprintf(stderr, "%s: cannot write %s: %s\n", LP_NAME, paths[k], strerror(errno));
+            exit(1);
+        }
+        report_field_t meta[] = {
+            REPORT_S("impl", "ringcc-linkperf"), REPORT_S("transport", transport),
+            REPORT_I("nranks", 2),               REPORT_I("bidirectional", o->bidir),
+            REPORT_I("msgs", o->msgs),           REPORT_I("check", o->check),
+        };
+        report_meta(rep[k], meta, (int)(sizeof meta / sizeof meta[0]));
+        report_meta_env(rep[k]);
+    }
 }
 
 /* What message `seq` holds at byte i: cheap, and different per message. */
@@ -358,11 +396,11 @@ static void lp_print_header(const lp_opts_t *o, const lp_link_t *l, struct rcc_c
 {
     char peer[128];
     rcci_bootstrap_peer_name(comm->bootstrap, 1, peer, sizeof peer);
-    printf("# %s: %s, rank 0 %s %s, %ld messages per size%s\n", LP_NAME, l->tr->name,
+    fprintf(lp_text, "# %s: %s, rank 0 %s %s, %ld messages per size%s\n", LP_NAME, l->tr->name,
            o->bidir ? "<->" : "->", peer, o->msgs,
            o->bidir ? ", both directions at once (MB/s: the sum)" : "");
-    printf("# %12s %8s %10s %10s %10s %10s %10s\n", "size(B)", "window", "msgs", "time(s)", "MB/s",
-           "Gbit/s", "lat(us)");
+    fprintf(lp_text, "# %12s %8s %10s %10s %10s %10s %10s\n", "size(B)", "window", "msgs",
+            "time(s)", "MB/s", "Gbit/s", "lat(us)");
 }
 
 int main(int argc, char **argv)
@@ -394,8 +432,14 @@ int main(int argc, char **argv)
     res = lp_open(comm, o.transport, &l.tr, &tctx);
     if (res == RCC_SUCCESS)
         res = lp_connect(comm, &l, tctx, &listener);
-    if (res == RCC_SUCCESS && l.rank == 0)
+    int to_stdout = (o.json_path && !strcmp(o.json_path, "-")) ||
+                    (o.csv_path && !strcmp(o.csv_path, "-"));
+    lp_text = to_stdout ? stderr : stdout;
+    report_t *rep[2] = {NULL, NULL};
+    if (res == RCC_SUCCESS && l.rank == 0) {
         lp_print_header(&o, &l, comm);
+        lp_reports_open(rep, &o, l.tr->name);
+    }
     for (size_t n = o.minbytes; res == RCC_SUCCESS && n <= o.maxbytes;) {
         double secs = 0, usec = -1;
         l.deadline_ns = rcci_now_ns() + l.timeout_ns;
@@ -407,9 +451,23 @@ int main(int argc, char **argv)
             char lat[32] = "-";
             if (usec >= 0)
                 snprintf(lat, sizeof lat, "%.2f", usec);
-            printf("  %12zu %8ld %10ld %10.4f %10.2f %10.3f %10s\n", n, lp_window(&o, n), o.msgs,
-                   secs, bytes / secs / 1e6, bytes * 8 / secs / 1e9, lat);
-            fflush(stdout);
+            fprintf(lp_text, "  %12zu %8ld %10ld %10.4f %10.2f %10.3f %10s\n", n,
+                    lp_window(&o, n), o.msgs, secs, bytes / secs / 1e6, bytes * 8 / secs / 1e9,
+                    lat);
+            fflush(lp_text);
+            report_field_t row[] = {
+                REPORT_I("size", n),
+                REPORT_I("window", lp_window(&o, n)),
+                REPORT_I("msgs", o.msgs),
+                REPORT_D("time_s", secs),
+                REPORT_D("MBps", bytes / secs / 1e6),
+                REPORT_D("Gbps", bytes * 8 / secs / 1e9),
+                REPORT_D("busbw_GBps", bytes / secs / 1e9),
+                usec >= 0 ? REPORT_D("lat_us", usec) : REPORT_NIL("lat_us"),
+            };
+            for (int k = 0; k < 2; k++)
+                if (rep[k])
+                    report_row(rep[k], row, (int)(sizeof row / sizeof row[0]));
         }
         if (n == o.maxbytes || n > o.maxbytes / (size_t)o.factor)
             n = n == o.maxbytes ? o.maxbytes + 1 : o.maxbytes;
@@ -421,6 +479,13 @@ int main(int argc, char **argv)
                 rcci_tls_error());
     if (l.wrong)
         fprintf(stderr, "%s: rank %d: %ld bytes received wrong\n", LP_NAME, l.rank, l.wrong);
+    report_field_t sum[] = {REPORT_I("wrong_bytes_rank0", l.wrong),
+                            REPORT_S("result", res == RCC_SUCCESS ? "ok" : rcc_strerror(res))};
+    for (int k = 0; k < 2; k++)
+        if (rep[k] && report_close(rep[k], sum, 2) != 0) {
+            fprintf(stderr, "%s: writing the report failed: %s\n", LP_NAME, strerror(errno));
+            res = RCC_ERR_SYSTEM;
+        }
     if (l.conn)
         l.tr->close(l.conn);
     if (listener)

@@ -2,10 +2,11 @@
 """ringcc-perf --json/--csv on a 2-rank sweep, and bench/plot_busbw.py drawing them with
 the kept comparison tables (bench/results/) and a link line.
 
-Usage: test_report.py RINGCC_RUN RINGCC_PERF SOURCE_ROOT
+Usage: test_report.py RINGCC_RUN RINGCC_PERF SOURCE_ROOT [RINGCC_LINKPERF]
 Checks: the JSON parses, holds the metadata and one row per size with the table's
 numbers; the CSV has the same rows; '--json -' moves the table to stderr; the SVG parses
 as XML and has both axis labels, a legend entry per series and link, and a line per series.
+With RINGCC_LINKPERF: its --json/--csv rows equal its table, and the plot takes them too.
 """
 import csv
 import json
@@ -18,6 +19,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 
 run, perf, root = sys.argv[1:4]
+linkperf = sys.argv[4] if len(sys.argv) > 4 else None
 plot = os.path.join(root, "bench", "plot_busbw.py")
 results = os.path.join(root, "bench", "results")
 failures = []
@@ -89,11 +91,37 @@ with tempfile.TemporaryDirectory() as tmp:
     check(p.returncode == 0 and b"[4/4] allreduce float32 sum 65536 bytes" in seen
           and seen.endswith(b"\r\033[K"), "a terminal gets the progress line, erased at the end")
 
+    plotted = [js, cs]
+    if linkperf:
+        lj, lc = os.path.join(tmp, "l.json"), os.path.join(tmp, "l.csv")
+        p = subprocess.run([run, "-n", "2", "-t", "60", "-q", linkperf, "-b", "1K", "-e", "1M",
+                            "-f", "32", "-n", "4", "-w", "1", "--json", lj, "--csv", lc],
+                           capture_output=True, text=True, timeout=90)
+        check(p.returncode == 0, "ringcc-linkperf --json --csv ran (%d): %s"
+              % (p.returncode, p.stderr))
+        table = [line.split() for line in p.stdout.splitlines()
+                 if line.strip() and not line.startswith("#")]
+        ldoc = json.load(open(lj))
+        lrows = ldoc["rows"]
+        check(ldoc["tool"] == "ringcc-linkperf" and ldoc["meta"]["transport"] == "tcp"
+              and [r["size"] for r in lrows] == [1024, 32768, 1048576]
+              and ldoc["summary"]["result"] == "ok", "linkperf JSON: metadata, a row per size")
+        check(len(table) == len(lrows) and all(
+            int(t[0]) == r["size"] and abs(float(t[4]) - r["MBps"]) <= 0.006
+            and abs(r["busbw_GBps"] * 1000 - r["MBps"]) < 1e-3 for t, r in zip(table, lrows)),
+            "linkperf JSON rows hold the table's numbers")
+        lcrow = list(csv.DictReader(x for x in open(lc).read().splitlines()
+                                    if not x.startswith("#")))
+        check([int(r["size"]) for r in lcrow] == [r["size"] for r in lrows],
+              "linkperf CSV rows equal the JSON rows")
+        plotted.append(lj)
+
     svg = os.path.join(tmp, "plot.svg")
-    p = subprocess.run([sys.executable, plot, "-o", svg, js, cs,
+    p = subprocess.run([sys.executable, plot, "-o", svg] + plotted + [
                         os.path.join(results, "netlab-1gbit-4.csv"),
                         os.path.join(results, "netlab-10gbit-4.md"),
-                        "-l", "json run", "-l", "csv run", "--link", "1 Gbit/s line rate=0.125"],
+                        "-l", "json run", "-l", "csv run"] + (["-l", "link run"] if linkperf else [])
+                       + ["--link", "1 Gbit/s line rate=0.125"],
                        capture_output=True, text=True, timeout=60)
     check(p.returncode == 0, "plot_busbw.py ran: %s" % p.stderr)
     tree = ET.parse(svg)
@@ -102,7 +130,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(any("message size" in t for t in texts) and any("GB/s" in t and "bandwidth" in t
                                                           for t in texts), "both axis labels")
     for want in ("json run", "csv run", "ringcc", "ompi", "gloo", "1 Gbit/s line rate: 0.125 GB/s",
-                 "iperf3-single"):
+                 "iperf3-single") + (("link run",) if linkperf else ()):
         check(any(want in t for t in texts), "legend has %r" % want)
     check(any(t.endswith(" MiB") for t in texts) and any(t.endswith(" KiB") for t in texts),
           "size ticks in KiB and MiB")
