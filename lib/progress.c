@@ -343,6 +343,14 @@ static void progress_fail_all(struct rcc_comm *comm, active_t *act, int *nact, r
     res = progress_root_cause(comm, res);
     char error[RCCI_ERR_TEXT_BYTES];
     snprintf(error, sizeof error, "%s", rcci_tls_error());
+    /* Broken before any operation ends: a stream released by one of them
+     * (stream.c) must find the failure in rcc_comm_get_async_error. */
+    pthread_mutex_lock(&comm->lock);
+    if (comm->broken == RCC_SUCCESS) {
+        comm->broken = res;
+        snprintf(comm->broken_text, sizeof comm->broken_text, "%s", error);
+    }
+    pthread_mutex_unlock(&comm->lock);
     for (int i = 0; i < *nact; i++) {
         exec_finish(comm, act[i].op, act[i].exec);
         rcci_tls_error_set(error);
