@@ -111,16 +111,22 @@ static rcc_result_t progress_root_cause(struct rcc_comm *comm, rcc_result_t res)
 
 /* After a failure the byte streams are out of step: close the links so no
  * request keeps pointing into a caller's buffer, and fail all later work. */
+/* The first failure is the communicator's state; later ones keep it. */
+static void progress_mark_broken(struct rcc_comm *comm, rcc_result_t res, const char *text)
+{
+    pthread_mutex_lock(&comm->lock);
+    if (comm->broken == RCC_SUCCESS) {
+        comm->broken = res;
+        snprintf(comm->broken_text, sizeof comm->broken_text, "%s", text);
+    }
+    pthread_mutex_unlock(&comm->lock);
+}
+
 static void progress_break(struct rcc_comm *comm, rcc_result_t res)
 {
     char cause[RCCI_ERR_TEXT_BYTES];
     snprintf(cause, sizeof cause, "%s", rcci_tls_cause()[0] ? rcci_tls_cause() : rcci_tls_error());
-    pthread_mutex_lock(&comm->lock);
-    if (comm->broken == RCC_SUCCESS) {
-        comm->broken = res;
-        snprintf(comm->broken_text, sizeof comm->broken_text, "%s", rcci_tls_error());
-    }
-    pthread_mutex_unlock(&comm->lock);
+    progress_mark_broken(comm, res, rcci_tls_error());
     if (res == RCC_ERR_ABORTED)
         RCC_INFO("communicator aborted by the application");
     else
@@ -345,12 +351,7 @@ static void progress_fail_all(struct rcc_comm *comm, active_t *act, int *nact, r
     snprintf(error, sizeof error, "%s", rcci_tls_error());
     /* Broken before any operation ends: a stream released by one of them
      * (stream.c) must find the failure in rcc_comm_get_async_error. */
-    pthread_mutex_lock(&comm->lock);
-    if (comm->broken == RCC_SUCCESS) {
-        comm->broken = res;
-        snprintf(comm->broken_text, sizeof comm->broken_text, "%s", error);
-    }
-    pthread_mutex_unlock(&comm->lock);
+    progress_mark_broken(comm, res, error);
     for (int i = 0; i < *nact; i++) {
         exec_finish(comm, act[i].op, act[i].exec);
         rcci_tls_error_set(error);
