@@ -23,6 +23,9 @@
  * stalled rank waits in and failure notices (watch.c). */
 enum { RCCI_LANE_USER = 0, RCCI_LANE_COLL = 1, RCCI_LANE_CTRL = 2, RCCI_P2P_LANES = 3 };
 
+/* How many finished operations' signatures a communicator remembers. */
+#define RCCI_FINISHED_SIGS 8
+
 /* Allreduce algorithms (see rcci_allreduce_algo below). */
 typedef enum {
     RCCI_ALLREDUCE_RING,
@@ -149,6 +152,10 @@ struct rcc_comm {
     int64_t watch_next_ns; /* watch.c: when to look for stray messages next */
     uint8_t (*heard)[RCCI_SIG_BYTES]; /* watch.c: per peer, the last operation it announced */
     uint8_t *heard_valid;
+    /* watch.c: the signatures of the last few numbered operations this rank
+     * finished (slot seq % RCCI_FINISHED_SIGS), so that a peer's data of an
+     * operation already over here is named against what this rank called. */
+    uint8_t finished_sig[RCCI_FINISHED_SIGS][RCCI_SIG_BYTES];
     unsigned spin_waits;
     char *slot_mem;     /* slots x chunk_bytes: receive slots for reductions */
     char *stage_mem;    /* slots x chunk_bytes: partial results waiting to be sent */
@@ -392,6 +399,8 @@ void rcci_sig_describe(const uint8_t sig[RCCI_SIG_BYTES], char *buf, size_t size
 rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64_t now,
                                int64_t idle_ns);
 void rcci_watch_stall(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec, int64_t now);
+/* Remembers the signature of numbered operation `op`, which just ended here. */
+void rcci_watch_finished(struct rcc_comm *comm, const rcci_op_t *op);
 /* Writes whom a running operation waits for ("rank 1 (receive), rank 3
  * (send)"): coll/pipeline.c and coll/p2p.c, dispatched by progress.c. */
 void rcci_exec_waiting_for(struct rcc_comm *comm, const rcci_op_t *op, rcci_exec_t *exec, char *buf,

@@ -271,6 +271,7 @@ static void exec_finish(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec)
               op->coll == RCCI_COLL_ALLREDUCE ? ", " : "",
               op->coll == RCCI_COLL_ALLREDUCE ? rcci_allreduce_algo_name(op->algo) : "",
               (rcci_now_ns() - op->started_ns) / 1e3);
+    rcci_watch_finished(comm, op);
     if (op->on_stream)
         rcci_stream_exec_finish(comm, exec);
     else

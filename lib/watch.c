@@ -25,22 +25,44 @@
 #define WATCH_EVERY_NS (100ll * 1000000)    /* and then at most this often */
 #define ANNOUNCE_AFTER_NS (200ll * 1000000) /* stalled this long: tell the neighbours */
 
+static void watch_our_tag(const rcci_op_t *op, rcci_tag_t *tag);
+
 /* RCC_ERR_MISMATCH naming both calls: `peer`'s (`theirs`) and this rank's;
- * finished: theirs belongs to an operation this rank has already ended. */
+ * finished: theirs belongs to an operation this rank has already ended
+ * (named from the history when it is still there; `ours` is the one
+ * running now). */
 static rcc_result_t watch_mismatch(const struct rcc_comm *comm, int peer, const uint8_t *theirs,
                                    const uint8_t *ours, int finished)
 {
-    char peer_name[128], their_call[160], our_call[160];
+    char peer_name[128], their_call[160], our_call[160], done_call[160];
     rcci_bootstrap_peer_name(comm->bootstrap, peer, peer_name, sizeof peer_name);
     rcci_sig_describe(theirs, their_call, sizeof their_call);
     rcci_sig_describe(ours, our_call, sizeof our_call);
     if (!finished)
         return rcci_error(RCC_ERR_MISMATCH, "%s called %s while rank %d called %s", peer_name,
                           their_call, comm->rank, our_call);
+    uint32_t seq = rcci_sig_seq(theirs);
+    const uint8_t *done = comm->finished_sig[seq % RCCI_FINISHED_SIGS];
+    if (seq != 0 && rcci_sig_seq(done) == seq) {
+        rcci_sig_describe(done, done_call, sizeof done_call);
+        return rcci_error(RCC_ERR_MISMATCH,
+                          "%s called %s while rank %d called %s (its part ended before the "
+                          "difference showed; rank %d is now in %s)",
+                          peer_name, their_call, comm->rank, done_call, comm->rank, our_call);
+    }
     return rcci_error(RCC_ERR_MISMATCH,
                       "%s sent data of %s, which rank %d had already finished as a different "
                       "call; rank %d is now in %s",
                       peer_name, their_call, comm->rank, comm->rank, our_call);
+}
+
+void rcci_watch_finished(struct rcc_comm *comm, const rcci_op_t *op)
+{
+    if (op->seq == 0 || (op->coll == RCCI_COLL_P2P && !op->alltoalls))
+        return; /* point-to-point operations are not numbered */
+    rcci_tag_t tag;
+    watch_our_tag(op, &tag);
+    memcpy(comm->finished_sig[op->seq % RCCI_FINISHED_SIGS], tag.sig, RCCI_SIG_BYTES);
 }
 
 /* The stray message on `conn` from `peer`, judged against collective `op`. */

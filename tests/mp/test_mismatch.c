@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../check_main.h"
 #include "mp.h"
@@ -48,6 +49,8 @@ typedef struct {
 typedef struct {
     call_t common, odd;
     int nranks, odd_rank; /* the one rank that calls something else */
+    int common_delay_ms;  /* the others call this much later */
+    int odd_finishes;     /* the odd rank's part ends before theirs begins */
 } case_t;
 
 typedef struct {
@@ -96,6 +99,8 @@ static int rank_mismatch(int rank, int n, void *arg)
     if (res != RCC_SUCCESS || sum != n)
         MP_FAIL("warm-up allreduce: %s (sum %d): %s", rcc_result_name(res), sum,
                 rcc_last_error(comm));
+    if (rank != c->odd_rank && c->common_delay_ms)
+        usleep((useconds_t)c->common_delay_ms * 1000);
     double t0 = td_now_s();
     res = run_call(rank == c->odd_rank ? &c->odd : &c->common, n, comm);
     /* A rank whose part ended before anything could disagree with it (a
@@ -126,6 +131,12 @@ static int rank_mismatch(int rank, int n, void *arg)
             MP_FAIL("rank %d: the message does not name %s: %s", rank, kinds[i], area->text[rank]);
     if (!strstr(area->text[rank], " while rank ") || !strstr(area->text[rank], " called "))
         MP_FAIL("rank %d: the message does not name both ranks' calls: %s", rank, area->text[rank]);
+    /* The odd rank learns of it in its next call and still names both op #1
+     * calls: from its history of finished operations when it sees the
+     * stray data itself, or from a peer's failure notice. */
+    if (c->odd_finishes && rank == c->odd_rank &&
+        (!strstr(area->text[rank], kinds[0]) || !strstr(area->text[rank], kinds[1])))
+        MP_FAIL("rank %d: the message does not name both op #1 calls: %s", rank, area->text[rank]);
     return 0;
 }
 
@@ -137,7 +148,7 @@ static call_t call_of(kind_t k)
 /* Case i: pairs of different kinds (i < K_COUNT * (K_COUNT - 1)), then the variants. */
 static case_t case_of(int i, int small)
 {
-    case_t c;
+    case_t c = {0};
     int pairs = K_COUNT * (K_COUNT - 1);
     if (i < pairs) {
         int a = i / (K_COUNT - 1), b = i % (K_COUNT - 1);
@@ -200,6 +211,17 @@ START_TEST(mismatch_wide)
 }
 END_TEST
 
+/* A reduce's leaf only sends: its part is over before the others, who
+ * start later, show that they called something else. */
+START_TEST(mismatch_after_own_part)
+{
+    static const kind_t others[] = {K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER};
+    case_t c = {.common = call_of(others[_i]), .odd = call_of(K_REDUCE), .nranks = 3,
+                .odd_rank = 1, .common_delay_ms = 300, .odd_finishes = 1};
+    ck_assert_int_eq(mp_run(c.nranks, rank_mismatch, &c, 60), 0);
+}
+END_TEST
+
 static Suite *mismatch_suite(void)
 {
     Suite *s = suite_create("mp_mismatch");
@@ -208,6 +230,7 @@ static Suite *mismatch_suite(void)
     tcase_add_loop_test(tc, mismatch_large, 0, NCASES);
     tcase_add_loop_test(tc, mismatch_small, 0, NCASES);
     tcase_add_loop_test(tc, mismatch_wide, 0, NCASES);
+    tcase_add_loop_test(tc, mismatch_after_own_part, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }
