@@ -59,6 +59,11 @@ typedef struct rcci_devapi {
     /* Enqueue: later work on the stream waits until (int32_t)(*flag - value)
      * >= 0 (the host stores the flag). */
     rcc_result_t (*wait_flag)(void *stream, volatile uint32_t *flag, uint32_t value);
+    /* Enqueue: as reduce, storing each result to dst and to dst2 in one
+     * pass (a reduced chunk into the output and into the outgoing staging
+     * slot); dst2 overlaps none of the others. */
+    rcc_result_t (*reduce_copy)(void *dst, void *dst2, const void *a, const void *b, size_t n,
+                                rcc_datatype_t dtype, rcc_redop_t op, int divisor, void *stream);
 } rcci_devapi_t;
 
 /* The table in use: one set by rcci_devapi_set, else CUDA's in a build with

@@ -238,12 +238,32 @@ static rcc_result_t dev_ready(rcci_exec_t *x, void *event, size_t count, int *re
     return count > 0 ? x->dev->event_query(event, ready) : RCC_SUCCESS;
 }
 
+/* The staging slot of the send that forwards receive `item`'s result, when
+ * that send is the next to stage and its slot is free: the reduction then
+ * stores the result there as well, in the same pass (no copy, and the send
+ * need not wait for the reduction's event before it is staged). */
+static char *pipe_forward_slot(struct rcc_comm *comm, rcci_exec_t *x, size_t item,
+                               const rcci_recv_step_t *rs)
+{
+    size_t slots = (size_t)comm->slots;
+    if (x->send_staged >= x->sched.nsend || x->send_staged >= x->send_done + slots)
+        return NULL;
+    rcci_send_step_t ss;
+    rcci_schedule_send(&x->sched, x->send_staged, &ss);
+    if (ss.dep != (long)item || ss.src != rs->out || ss.count != rs->count)
+        return NULL;
+    return x->pin_send + (x->send_staged % slots) * comm->chunk_bytes;
+}
+
 static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int *progressed)
 {
     const rcci_link_t *rl = &comm->recv_link;
     size_t slots = (size_t)comm->slots, esize = x->sched.esize;
     const rcci_op_t *op = x->op;
-    rcc_result_t res;
+    /* Finished sends first: their slots may take what lands below. */
+    rcc_result_t res = pipe_reap(comm, x, 1, progressed);
+    if (res != RCC_SUCCESS)
+        return res;
     while (x->recv_done < x->recv_landed) { /* device work finished */
         rcci_recv_step_t step;
         int ready;
@@ -275,11 +295,19 @@ static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int
         }
         if (step.count > 0) {
             char *slot = x->pin_recv + (x->recv_landed % slots) * comm->chunk_bytes;
-            res = step.local ? x->dev->reduce(step.out, step.local, slot, step.count, op->dtype,
-                                              op->redop, step.divisor, x->dstream)
-                             : x->dev->copy(step.dst, slot, step.count * esize, x->dstream);
+            char *fwd = step.local ? pipe_forward_slot(comm, x, x->recv_landed, &step) : NULL;
+            if (fwd)
+                res = x->dev->reduce_copy(step.out, fwd, step.local, slot, step.count, op->dtype,
+                                          op->redop, step.divisor, x->dstream);
+            else if (step.local)
+                res = x->dev->reduce(step.out, step.local, slot, step.count, op->dtype, op->redop,
+                                     step.divisor, x->dstream);
+            else
+                res = x->dev->copy(step.dst, slot, step.count * esize, x->dstream);
             if (res == RCC_SUCCESS)
                 res = x->dev->event_record(x->rev[x->recv_landed % slots], x->dstream);
+            if (res == RCC_SUCCESS && fwd) /* the forwarding send is staged with it */
+                res = x->dev->event_record(x->sev[x->send_staged++ % slots], x->dstream);
             if (res != RCC_SUCCESS)
                 return pipe_fail(comm, x, res, x->recv_landed, 0);
         }

@@ -203,4 +203,5 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .event_query = cuda_event_query,
     .write_flag = cuda_write_flag,
     .wait_flag = cuda_wait_flag,
+    .reduce_copy = rcci_cuda_reduce_copy,
 };

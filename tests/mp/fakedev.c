@@ -74,7 +74,8 @@ typedef struct item {
     uint64_t event_seq;
     void (*fn)(void *);
     void *arg;
-    const void *src2; /* reduce: dst = src op src2 */
+    const void *src2; /* reduce: dst = src op src2 (and dst2 = dst when set) */
+    void *dst2;
     rcc_datatype_t dtype;
     rcc_redop_t op;
     int divisor;
@@ -104,6 +105,8 @@ static void item_run(fake_stream_t *s, item_t *it)
     case ITEM_COPY: memmove(it->dst, it->src, it->n); break;
     case ITEM_REDUCE:
         rcci_reduce(it->dst, it->src, it->src2, it->n, it->dtype, it->op, it->divisor);
+        if (it->dst2)
+            memcpy(it->dst2, it->dst, it->n * rcc_datatype_size(it->dtype));
         break;
     case ITEM_WRITE: __atomic_store_n(it->flag, it->value, __ATOMIC_RELEASE); break;
     case ITEM_WAIT:
@@ -266,11 +269,19 @@ static rcc_result_t fake_copy(void *dst, const void *src, size_t n, void *stream
     return RCC_SUCCESS;
 }
 
-static rcc_result_t fake_reduce(void *dst, const void *a, const void *b, size_t n,
-                               rcc_datatype_t dtype, rcc_redop_t op, int divisor, void *stream)
+static atomic_size_t reduce_copies;
+
+size_t fakedev_reduce_copies(void) { return atomic_load(&reduce_copies); }
+
+static rcc_result_t fake_reduce_copy(void *dst, void *dst2, const void *a, const void *b, size_t n,
+                                    rcc_datatype_t dtype, rcc_redop_t op, int divisor,
+                                    void *stream)
 {
+    if (dst2)
+        atomic_fetch_add(&reduce_copies, 1);
     stream_push(stream, (item_t){.kind = ITEM_REDUCE,
                                  .dst = dst,
+                                 .dst2 = dst2,
                                  .src = a,
                                  .src2 = b,
                                  .n = n,
@@ -278,6 +289,12 @@ static rcc_result_t fake_reduce(void *dst, const void *a, const void *b, size_t 
                                  .op = op,
                                  .divisor = divisor});
     return RCC_SUCCESS;
+}
+
+static rcc_result_t fake_reduce(void *dst, const void *a, const void *b, size_t n,
+                               rcc_datatype_t dtype, rcc_redop_t op, int divisor, void *stream)
+{
+    return fake_reduce_copy(dst, NULL, a, b, n, dtype, op, divisor, stream);
 }
 
 static rcc_result_t fake_event_record(void *event, void *stream)
@@ -328,6 +345,7 @@ static const rcci_devapi_t fake_api = {
     .event_query = fake_event_query,
     .write_flag = fake_write_flag,
     .wait_flag = fake_wait_flag,
+    .reduce_copy = fake_reduce_copy,
 };
 
 void fakedev_install(void) { rcci_devapi_set(&fake_api); }

@@ -24,5 +24,8 @@ void fakedev_launch(void *stream, void (*fn)(void *), void *arg);
 /* Waits until everything queued on the stream so far has run; 0, or -1
  * when that took longer than timeout_s (the stream is stuck). */
 int fakedev_stream_sync(void *stream, double timeout_s);
+/* How many fused reduce-and-copy calls (devapi reduce_copy) this process
+ * has queued: tests check that the pipeline forwards reduced chunks so. */
+size_t fakedev_reduce_copies(void);
 
 #endif /* RINGCC_TEST_FAKEDEV_H */

@@ -147,6 +147,11 @@ static int rank_collectives(int rank, int n, void *arg)
                 return 1;
             bad |= r;
         }
+    /* The ring reduces a received chunk into the output and into the slot
+     * that forwards it in one pass whenever that send's slot is free: on
+     * some rank, at least (when is a matter of timing). */
+    size_t *fused = mp_shared(NULL);
+    fused[rank] = fakedev_reduce_copies();
     fakedev_stream_destroy(stream);
     /* Nobody leaves (which its peers' health probes would see) before all
      * have looked at the communicator's health. */
@@ -154,6 +159,12 @@ static int rank_collectives(int rank, int n, void *arg)
     if (res != RCC_SUCCESS)
         MP_FAIL("rank %d: the closing barrier: %s: %s", rank, rcc_result_name(res),
                 rcc_last_error(comm));
+    size_t fused_all = 0;
+    for (int r = 0; r < n; r++)
+        fused_all += fused[r];
+    if (n > 1 && fused_all == 0)
+        MP_FAIL("rank %d: the device pipeline never fused a reduction with its forwarding copy",
+                rank);
     return td_finish(comm, bad);
 }
 
