@@ -7,7 +7,9 @@
  * byte, with guard bytes past its end; every wait has a deadline.
  *
  * A transport that cannot run here (no device) makes the program print
- * "SKIP: NAME: reason" and exit 77, meson's skip. The ranks use 127.0.0.1,
+ * "SKIP: NAME: reason" and exit 77, meson's skip. `test_transport NAME fake`
+ * runs it on the stand-in GPU (tests/mp/fakedev.c, whose "device memory"
+ * the forked ranks share through its IPC): cudaipc in every build. The ranks use 127.0.0.1,
  * or with RCC_SOCKET_IFNAME set the address of that interface (an RDMA
  * device's, for ibverbs: RCC_SOCKET_IFNAME=eth0 meson test transport_ibverbs).
  */
@@ -23,6 +25,7 @@
 #include "clock.h"
 #include "err.h"
 #include "socket.h"
+#include "fakedev.h"
 #include "mp.h"
 #include "comm.h" /* rcci_sig_describe */
 #include "transport.h"
@@ -592,6 +595,8 @@ int main(int argc, char **argv)
         fprintf(stderr, ")\n");
         return 2;
     }
+    if (argc > 2 && strcmp(argv[2], "fake") == 0)
+        fakedev_install(); /* before any rank forks: they all inherit it */
     /* Whether it can run here at all: its own reason when not. */
     rcci_transport_env_t env = conf_env(0);
     void *ctx;
