@@ -92,6 +92,12 @@ struct rcci_conn {
     int64_t ctrl_next_ns;
     int announced; /* an announcement the drive took from the control connection */
     rcci_tag_t announce_tag;
+    /* The hellos: sent at connect/accept, the peer's taken by the first
+     * drive that finds it (a ring's ranks all connect before they accept,
+     * so neither end may wait for the other's hello there). */
+    rcci_cipc_hello_t mine, theirs;
+    rcci_request_t *hello_sreq, *hello_rreq;
+    int hello_done;
 };
 
 /* ---- context ------------------------------------------------------------- */
@@ -175,20 +181,6 @@ static void cipc_sweep_listener(rcci_listener_t *l) { CTRL->sweep_listener(l->ct
 
 /* ---- connections ------------------------------------------------------- */
 
-/* Waits for a control request until the deadline (only during setup). */
-static rcc_result_t cipc_ctrl_wait(rcci_request_t *req, int64_t deadline)
-{
-    for (;;) {
-        int done;
-        rcc_result_t res = CTRL->test(req, &done);
-        if (res != RCC_SUCCESS || done)
-            return res;
-        if (rcci_now_ns() > deadline)
-            return rcci_error(RCC_ERR_TIMEOUT, "the peer's cudaipc hello did not come");
-        usleep(100);
-    }
-}
-
 /* Waits for a queued copy to finish, within CIPC_DRAIN_NS; 0 when it did not. */
 static int cipc_drain(const rcci_devapi_t *dev, void *stream)
 {
@@ -237,8 +229,8 @@ static void cipc_free_conn(rcci_conn_t *c)
     free(c);
 }
 
-/* After the control connection is up: exports this side's receive slots,
- * sends the hello, maps the peer's from its hello. */
+/* After the control connection is up: exports this side's receive slots
+ * and sends the hello; the peer's is taken later (cipc_hello). */
 static rcc_result_t cipc_setup(cipc_ctx_t *ctx, rcci_conn_t *ctrl, int peer_rank, int64_t deadline,
                                rcci_conn_t **out)
 {
@@ -253,59 +245,92 @@ static rcc_result_t cipc_setup(cipc_ctx_t *ctx, rcci_conn_t *ctrl, int peer_rank
     c->peer_rank = peer_rank;
     snprintf(c->self, sizeof c->self, "rank %d", ctx->env.rank);
     snprintf(c->peer, sizeof c->peer, "rank %d (cudaipc)", peer_rank);
-    rcci_cipc_hello_t mine = {.magic = RCCI_CIPC_HELLO_MAGIC,
-                              .version = RCCI_CIPC_VERSION,
-                              .slots = RCCI_CIPC_SLOTS,
-                              .slot_bytes = RCCI_CIPC_SLOT_BYTES,
-                              .device = ctx->device,
-                              .pid = (int32_t)getpid(),
-                              .rank = ctx->env.rank},
-                      theirs;
+    c->mine = (rcci_cipc_hello_t){.magic = RCCI_CIPC_HELLO_MAGIC,
+                                  .version = RCCI_CIPC_VERSION,
+                                  .slots = RCCI_CIPC_SLOTS,
+                                  .slot_bytes = RCCI_CIPC_SLOT_BYTES,
+                                  .device = ctx->device,
+                                  .pid = (int32_t)getpid(),
+                                  .rank = ctx->env.rank};
     rcci_tag_t tag = {.seq = 0};
-    rcci_request_t *sreq = NULL, *rreq = NULL;
     void *p;
     rcc_result_t res = dev->use_device(ctx->device);
     if (res == RCC_SUCCESS && (res = dev->stream_create(&c->tx_stream)) == RCC_SUCCESS)
         res = dev->stream_create(&c->rx_stream);
     if (res == RCC_SUCCESS &&
-        (res = dev->ipc_alloc(&p, sizeof(rcci_cipc_page_t), 1, mine.page_handle)) == RCC_SUCCESS)
+        (res = dev->ipc_alloc(&p, sizeof(rcci_cipc_page_t), 1, c->mine.page_handle)) == RCC_SUCCESS)
         c->rx_page = p;
     if (res == RCC_SUCCESS &&
         (res = dev->ipc_alloc(&p, (size_t)RCCI_CIPC_SLOTS * RCCI_CIPC_SLOT_BYTES, 0,
-                              mine.slots_handle)) == RCC_SUCCESS)
+                              c->mine.slots_handle)) == RCC_SUCCESS)
         c->rx_slots = p;
-    /* Both send first, then receive: neither waits for the other to start. */
     if (res == RCC_SUCCESS)
-        res = CTRL->isend(ctrl, &mine, sizeof mine, &tag, NULL, &sreq);
-    if (res == RCC_SUCCESS)
-        res = CTRL->irecv(ctrl, &theirs, sizeof theirs, &tag, NULL, &rreq);
-    if (res == RCC_SUCCESS) {
-        rcc_result_t r1 = cipc_ctrl_wait(sreq, deadline);
-        rcc_result_t r2 = r1 == RCC_SUCCESS ? cipc_ctrl_wait(rreq, deadline) : r1;
-        res = r2;
+        res = CTRL->isend(ctrl, &c->mine, sizeof c->mine, &tag, NULL, &c->hello_sreq);
+    /* The hello leaves now (the kernel's socket buffer takes it: no wait
+     * for the peer), ahead of any announcement or notice on the connection. */
+    for (int done = 0; res == RCC_SUCCESS && !done;) {
+        res = CTRL->test(c->hello_sreq, &done);
+        if (res == RCC_SUCCESS && !done && rcci_now_ns() > deadline)
+            res = rcci_error(RCC_ERR_TIMEOUT, "sending the cudaipc hello");
+        if (res == RCC_SUCCESS && !done)
+            usleep(100);
     }
+    c->hello_sreq = NULL; /* freed by test, or by close */
     if (res == RCC_SUCCESS)
-        res = rcci_cipc_hello_check(&theirs, c->peer);
-    if (res == RCC_SUCCESS && theirs.rank != peer_rank && peer_rank >= 0)
-        res = rcci_error(RCC_ERR_REMOTE, "%s says it is rank %d", c->peer, (int)theirs.rank);
-    if (res == RCC_SUCCESS) {
-        c->peer_rank = theirs.rank;
-        snprintf(c->peer, sizeof c->peer, "rank %d (cudaipc, pid %d, GPU %d)", (int)theirs.rank,
-                 (int)theirs.pid, (int)theirs.device);
-        c->tx_slot_bytes = theirs.slot_bytes;
-        if ((res = dev->ipc_open(theirs.page_handle, &p)) == RCC_SUCCESS)
-            c->tx_page = p;
-    }
-    if (res == RCC_SUCCESS && (res = dev->ipc_open(theirs.slots_handle, &p)) == RCC_SUCCESS)
-        c->tx_slots = p;
+        res = CTRL->irecv(ctrl, &c->theirs, sizeof c->theirs, &tag, NULL, &c->hello_rreq);
     if (res != RCC_SUCCESS) {
-        rcci_error_prefix("cudaipc connection with rank %d: ", c->peer_rank);
+        rcci_error_prefix("cudaipc connection with rank %d: ", peer_rank);
         cipc_free_conn(c); /* also the control requests still queued */
         return res;
     }
-    RCC_INFO("cudaipc: connected to %s, device memory of GPU %d to GPU %d", c->peer, ctx->device,
-             (int)theirs.device);
     *out = c;
+    return RCC_SUCCESS;
+}
+
+/* Takes the peer's hello once it is there and maps its receive side: until
+ * then (*ready 0) nothing can be sent. */
+static rcc_result_t cipc_hello(rcci_conn_t *c, int *ready)
+{
+    const rcci_devapi_t *dev = c->ctx->dev;
+    int done = 1;
+    *ready = c->hello_done;
+    if (c->hello_done)
+        return RCC_SUCCESS;
+    rcc_result_t res = RCC_SUCCESS;
+    if (c->hello_sreq && (res = CTRL->test(c->hello_sreq, &done)) == RCC_SUCCESS && done)
+        c->hello_sreq = NULL;
+    if (res != RCC_SUCCESS) {
+        c->hello_sreq = NULL;
+        return res;
+    }
+    if (c->hello_rreq && (res = CTRL->test(c->hello_rreq, &done)) == RCC_SUCCESS && done)
+        c->hello_rreq = NULL;
+    if (res != RCC_SUCCESS) {
+        c->hello_rreq = NULL;
+        return res;
+    }
+    if (c->hello_rreq || c->hello_sreq)
+        return RCC_SUCCESS;
+    const rcci_cipc_hello_t *h = &c->theirs;
+    void *p;
+    res = rcci_cipc_hello_check(h, c->peer);
+    if (res == RCC_SUCCESS && h->rank != c->peer_rank && c->peer_rank >= 0)
+        res = rcci_error(RCC_ERR_REMOTE, "%s says it is rank %d", c->peer, (int)h->rank);
+    if (res != RCC_SUCCESS)
+        return res;
+    c->peer_rank = h->rank;
+    snprintf(c->peer, sizeof c->peer, "rank %d (cudaipc, pid %d, GPU %d)", (int)h->rank,
+             (int)h->pid, (int)h->device);
+    c->tx_slot_bytes = h->slot_bytes;
+    if ((res = dev->ipc_open(h->page_handle, &p)) == RCC_SUCCESS)
+        c->tx_page = p;
+    if (res == RCC_SUCCESS && (res = dev->ipc_open(h->slots_handle, &p)) == RCC_SUCCESS)
+        c->tx_slots = p;
+    if (res != RCC_SUCCESS)
+        return res;
+    RCC_INFO("cudaipc: connected to %s, device memory of GPU %d to GPU %d", c->peer, c->ctx->device,
+             (int)h->device);
+    c->hello_done = *ready = 1;
     return RCC_SUCCESS;
 }
 
@@ -364,6 +389,8 @@ static rcc_result_t cipc_drive_sends(rcci_conn_t *c, int *moved)
 {
     const rcci_devapi_t *dev = c->ctx->dev;
     for (rcci_request_t *r = c->sends.head; r; r = r->next) {
+        if (r->nfrags == 0)
+            r->nfrags = rcci_cipc_frags(r->bytes, c->tx_slot_bytes);
         if (r->posted == r->nfrags)
             continue;
         while (r->posted < r->nfrags) {
@@ -440,7 +467,7 @@ static rcc_result_t cipc_drive_recvs(rcci_conn_t *c, int *moved)
  * (the counter its stream stores has passed it), in order. */
 static void cipc_retire(rcci_conn_t *c, int *moved)
 {
-    for (rcci_request_t *r = c->sends.head; r && r->posted == r->nfrags; r = r->next) {
+    for (rcci_request_t *r = c->sends.head; r && r->nfrags && r->posted == r->nfrags; r = r->next) {
         if (!r->complete && !rcci_cipc_passed(__atomic_load_n(&c->tx_page->head, __ATOMIC_ACQUIRE),
                                               r->first + r->nfrags - 1))
             break;
@@ -479,9 +506,11 @@ static rcc_result_t cipc_drive(rcci_conn_t *c)
 {
     if (c->failed != RCC_SUCCESS)
         return cipc_failed(c);
-    int moved = 0;
+    int moved = 0, ready = 0;
     rcc_result_t res = c->ctx->dev->use_device(c->ctx->device);
     if (res == RCC_SUCCESS)
+        res = cipc_hello(c, &ready);
+    if (res == RCC_SUCCESS && ready)
         res = cipc_drive_sends(c, &moved);
     if (res == RCC_SUCCESS)
         res = cipc_drive_recvs(c, &moved);
@@ -493,7 +522,7 @@ static rcc_result_t cipc_drive(rcci_conn_t *c)
      * delivered even when its sender has gone since. */
     int waits = 0;
     for (rcci_request_t *r = c->sends.head; r && !waits; r = r->next)
-        waits = r->posted < r->nfrags;
+        waits = r->nfrags == 0 || r->posted < r->nfrags; /* 0: not started */
     for (rcci_request_t *r = c->recvs.head; r && !waits; r = r->next)
         waits = r->posted < r->nfrags;
     int64_t now = rcci_now_ns();
@@ -517,7 +546,9 @@ static rcc_result_t cipc_post(rcci_conn_t *c, int is_send, const void *buf, size
     r->bytes = bytes;
     r->tag = *tag;
     r->is_send = is_send;
-    r->nfrags = rcci_cipc_frags(bytes, is_send ? c->tx_slot_bytes : RCCI_CIPC_SLOT_BYTES);
+    /* A send's fragments are cut when it starts: the peer's slot size may
+     * not be known yet (its hello). */
+    r->nfrags = is_send ? 0 : rcci_cipc_frags(bytes, RCCI_CIPC_SLOT_BYTES);
     rcci_req_fifo_push(is_send ? &c->sends : &c->recvs, r);
     *out = r;
     cipc_drive(c); /* a failure stays on the connection for test */
@@ -549,9 +580,12 @@ static int cipc_wait_fd(rcci_conn_t *c) { return CTRL->wait_fd(c->ctrl); }
 
 static rcc_result_t cipc_probe(rcci_conn_t *c)
 {
+    int ready;
     if (c->failed != RCC_SUCCESS)
         return cipc_failed(c);
-    rcc_result_t res = CTRL->probe(c->ctrl);
+    rcc_result_t res = cipc_hello(c, &ready);
+    if (res == RCC_SUCCESS)
+        res = CTRL->probe(c->ctrl);
     return res == RCC_SUCCESS ? RCC_SUCCESS : cipc_fail(c, res);
 }
 
@@ -560,13 +594,19 @@ static rcc_result_t cipc_probe(rcci_conn_t *c)
 static rcc_result_t cipc_peek(rcci_conn_t *c, rcci_tag_t *tag, int *found)
 {
     *found = RCCI_PEEK_NONE;
+    int ready;
+    /* The hellos first: the control connection's one data message, ahead
+     * of any notice or announcement on it. */
+    rcc_result_t res = c->failed != RCC_SUCCESS ? RCC_SUCCESS : cipc_hello(c, &ready);
+    if (res != RCC_SUCCESS)
+        cipc_fail(c, res);
     if (c->announced) {
         c->announced = 0;
         *tag = c->announce_tag;
         *found = RCCI_PEEK_ANNOUNCE;
         return RCC_SUCCESS;
     }
-    rcc_result_t res = CTRL->peek(c->ctrl, tag, found);
+    res = CTRL->peek(c->ctrl, tag, found);
     if (res != RCC_SUCCESS || *found != RCCI_PEEK_NONE)
         return res;
     uint32_t next = c->rx_next;
