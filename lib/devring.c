@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "clock.h"
 #include "comm.h"
@@ -92,6 +93,46 @@ static int devring_edge(struct rcc_comm *comm, const rcci_peer_info_t *info,
     return ok;
 }
 
+/* One empty message over each device edge before the communicator is
+ * handed out: the transport's set-up (IPC mappings, the first stream
+ * stores) runs now, and what fails there (no peer access between the GPUs)
+ * fails the init with its reason rather than the first device collective. */
+#define DEVRING_HELLO_SEQ 0xffffffffu /* no operation's number */
+static rcc_result_t devring_first_message(struct rcc_comm *comm, int64_t deadline)
+{
+    rcci_link_t *links[2] = {&comm->dsend_link, &comm->drecv_link};
+    rcci_request_t *req[2] = {NULL, NULL};
+    rcci_tag_t tag = {.seq = DEVRING_HELLO_SEQ};
+    char byte = 0;
+    rcc_result_t res = RCC_SUCCESS;
+    for (int i = 0; i < 2 && res == RCC_SUCCESS; i++)
+        if (links[i]->nconns > 0)
+            res = i == 0 ? links[i]->tr->isend(links[i]->conns[0], &byte, 0, &tag, NULL, &req[i])
+                         : links[i]->tr->irecv(links[i]->conns[0], &byte, 0, &tag, NULL, &req[i]);
+    int64_t check_ns = rcci_now_ns() + DEVRING_SLICE_NS;
+    for (int i = 0; i < 2 && res == RCC_SUCCESS; i++) {
+        int done = !req[i];
+        while (res == RCC_SUCCESS && !done) {
+            res = links[i]->tr->test(req[i], &done);
+            int64_t now = rcci_now_ns();
+            if (res != RCC_SUCCESS || done)
+                break;
+            if (now > deadline)
+                res = rcci_error(RCC_ERR_TIMEOUT,
+                                 "the first message on the device ring %s rank %d did not %s",
+                                 i == 0 ? "to" : "from", links[i]->peer, i == 0 ? "go" : "come");
+            else if (now > check_ns) { /* a neighbour that failed shows here first */
+                check_ns = now + DEVRING_SLICE_NS;
+                res = rcci_bootstrap_check(comm->bootstrap);
+            } else {
+                nanosleep(&(struct timespec){0, 100000}, NULL);
+            }
+        }
+        req[i] = NULL; /* freed by test, or with the connection */
+    }
+    return res;
+}
+
 rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t *info,
                                   const uint32_t *transports)
 {
@@ -149,6 +190,7 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
         if (res != RCC_SUCCESS)
             goto out;
     }
+    RCC_CHECK(devring_first_message(comm, deadline));
     RCC_INFO("device ring: sends to rank %d %s%s%s, receives from rank %d %s%s%s",
              (comm->rank + 1) % n, send_tr >= 0 ? "via " : "staged through host memory (",
              send_tr >= 0 ? rcci_transports[send_tr]->name : send_why, send_tr >= 0 ? "" : ")",
