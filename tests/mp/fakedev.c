@@ -353,6 +353,10 @@ static rcc_result_t fake_ipc_alloc(void **p, size_t bytes, int host, void *handl
 
 static rcc_result_t fake_ipc_open(const void *handle, void **p)
 {
+    /* Fault injection: a GPU that cannot reach its peer's memory. */
+    if (getenv("FAKEDEV_IPC_OPEN_FAILS"))
+        return rcci_error(RCC_ERR_UNSUPPORTED, "fake device: no peer access to the peer's memory "
+                                               "(FAKEDEV_IPC_OPEN_FAILS)");
     rcci_ipcmem_handle_t h;
     memcpy(&h, handle, sizeof h);
     rcc_result_t res = rcci_ipcmem_open(&h, p);

@@ -176,6 +176,37 @@ START_TEST(peer_death_while_mapped)
 }
 END_TEST
 
+/* Rank 1's device cannot map its neighbour's memory: every rank's init
+ * fails, rank 1's with the reason, instead of the first device collective. */
+static int rank_no_peer_access(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    if (rank == 1)
+        setenv("FAKEDEV_IPC_OPEN_FAILS", "1", 1);
+    fakedev_install();
+    rcc_config_t config = RCC_CONFIG_INITIALIZER;
+    config.timeout_ms = 20000;
+    rcc_comm_t comm = NULL;
+    double t0 = td_now_s();
+    rcc_result_t res = rcc_comm_init_env(&comm, &config);
+    const char *text = rcc_last_error(NULL);
+    printf("rank %d: init gave %s after %.2f s: %s\n", rank, rcc_result_name(res), td_now_s() - t0,
+           text);
+    if (res == RCC_SUCCESS)
+        MP_FAIL("rank %d: init succeeded although rank 1 cannot map its peer's memory", rank);
+    if (rank == 1 && (res != RCC_ERR_UNSUPPORTED || !strstr(text, "no peer access")))
+        MP_FAIL("rank 1: init failed without the reason: %s: %s", rcc_result_name(res), text);
+    if (td_now_s() - t0 > 15)
+        MP_FAIL("rank %d: init took %.1f s to fail", rank, td_now_s() - t0);
+    return 0;
+}
+
+START_TEST(no_peer_access_fails_init)
+{
+    ck_assert_int_eq(mp_run(3, rank_no_peer_access, NULL, 120), 0);
+}
+END_TEST
+
 static Suite *cudaipc_suite(void)
 {
     Suite *s = suite_create("mp_cudaipc");
@@ -184,6 +215,7 @@ static Suite *cudaipc_suite(void)
     tcase_add_loop_test(tc, device_ring_collectives, 2, 5);
     tcase_add_test(tc, transport_forced_to_tcp);
     tcase_add_loop_test(tc, peer_death_while_mapped, 2, 4);
+    tcase_add_test(tc, no_peer_access_fails_init);
     suite_add_tcase(s, tc);
     return s;
 }
