@@ -13,6 +13,17 @@
  * the last iteration of each mode is checked on every rank: #wrong counts the
  * elements, over all ranks, that differ. Exit status 0 when nothing was
  * wrong, 1 otherwise or on an error, 77 when no CUDA device is usable.
+ *
+ * Device buffers of ranks on one host with GPUs go GPU to GPU (the cudaipc
+ * transport; RCC_TRANSPORT=tcp stages them over TCP instead). Beside each
+ * size, the ring's memory-traffic lower bound: a ring allreduce reads and
+ * writes about 5 * S * (N-1) / N bytes of device memory per rank
+ * (reduce-scatter: 2 reads + 1 write of S/N per step, allgather: 1 + 1, N-1
+ * steps each), so a GPU holding k ranks moves k times that; at the
+ * device-to-device cudaMemcpy bandwidth measured in the same run (read +
+ * write bytes per second, by rank 0 before the sizes), that takes "bound
+ * us". dev/bound is the measured device time over it (issue 7: at most 1.25
+ * at 256 MiB).
  */
 #include <cuda_runtime_api.h>
 #include <getopt.h>
@@ -79,6 +90,33 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* Rank 0's device-to-device cudaMemcpy bandwidth (read + write bytes per
+ * second, median of 5 copies of `bytes`) while the others wait, shared. */
+static double d2d_bandwidth(void *dst, const void *src, size_t bytes, cudaStream_t st)
+{
+    double bw[5] = {0}, all = 0;
+    if (rank == 0) {
+        cudaEvent_t a, b;
+        CU(cudaEventCreate(&a));
+        CU(cudaEventCreate(&b));
+        CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st)); /* warm-up */
+        for (int i = 0; i < 5; i++) {
+            float ms = 0;
+            CU(cudaEventRecord(a, st));
+            CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st));
+            CU(cudaEventRecord(b, st));
+            CU(cudaEventSynchronize(b));
+            CU(cudaEventElapsedTime(&ms, a, b));
+            bw[i] = 2.0 * (double)bytes / (ms * 1e-3);
+        }
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        all = median(bw, 5);
+    }
+    RC(rcc_broadcast(&all, &all, 1, RCC_FLOAT64, 0, comm));
+    return all;
+}
+
 /* Input element i of rank r, and the sum over the ranks. */
 static float input(int r, size_t i) { return (float)((r + 1) * (int)(i % 97 + 1)); }
 static float expected(size_t i) { return (float)(nranks * (nranks + 1) / 2 * (int)(i % 97 + 1)); }
@@ -104,8 +142,9 @@ int main(int argc, char **argv)
         case 'w': warmup = atoi(optarg); break;
         case 'r': rounds = atoi(optarg); break;
         default:
-            fprintf(stderr, "usage: ringcc-run -n N %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] "
-                            "[-w WARMUP] [-r ROUNDS]\n",
+            fprintf(stderr,
+                    "usage: ringcc-run -n N %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] "
+                    "[-w WARMUP] [-r ROUNDS]\n",
                     NAME);
             return c == 'h' ? 0 : 2;
         }
@@ -138,11 +177,15 @@ int main(int argc, char **argv)
         hsend[i] = input(rank, i);
     CU(cudaMemcpy(dsend, hsend, maxb, cudaMemcpyHostToDevice));
     double busfac = nranks > 1 ? 2.0 * (nranks - 1) / nranks : 1.0;
+    double d2d = d2d_bandwidth(dsend, drecv, maxb, st);
+    int per_gpu = (nranks + ndev - 1) / ndev; /* ranks spread round-robin over the GPUs */
     if (rank == 0)
         printf("# %s: %d ranks, float32 sum, %d iterations after %d warm-up, %d rounds "
-               "(median)\n#%11s %12s %10s %12s %10s %8s %8s\n",
-               NAME, nranks, iters, warmup, rounds, "bytes", "host us", "host GB/s", "device us",
-               "dev GB/s", "dev/host", "#wrong");
+               "(median)\n# device-to-device cudaMemcpy: %.1f GB/s (read + write, %zu bytes); "
+               "%d rank%s per GPU\n#%11s %12s %10s %12s %10s %8s %10s %9s %8s\n",
+               NAME, nranks, iters, warmup, rounds, d2d / 1e9, maxb, per_gpu,
+               per_gpu == 1 ? "" : "s", "bytes", "host us", "host GB/s", "device us", "dev GB/s",
+               "dev/host", "bound us", "dev/bound", "#wrong");
     int status = 0;
     for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
         size_t count = bytes / 4;
@@ -181,11 +224,12 @@ int main(int argc, char **argv)
         /* The slowest rank's time is the operation's. */
         double ht = median(host_t, rounds), dt = median(dev_t, rounds), t[2] = {ht, dt}, tmax[2];
         RC(rcc_allreduce(t, tmax, 2, RCC_FLOAT64, RCC_MAX, comm));
+        double bound = per_gpu * 5.0 * (double)bytes * (nranks - 1) / nranks / d2d;
         if (rank == 0)
-            printf("%12zu %12.1f %10.3f %12.1f %10.3f %8.3f %8llu\n", bytes, tmax[0] * 1e6,
-                   busfac * (double)bytes / tmax[0] / 1e9, tmax[1] * 1e6,
-                   busfac * (double)bytes / tmax[1] / 1e9, tmax[0] / tmax[1],
-                   (unsigned long long)all_wrong);
+            printf("%12zu %12.1f %10.3f %12.1f %10.3f %8.3f %10.1f %9.2f %8llu\n", bytes,
+                   tmax[0] * 1e6, busfac * (double)bytes / tmax[0] / 1e9, tmax[1] * 1e6,
+                   busfac * (double)bytes / tmax[1] / 1e9, tmax[0] / tmax[1], bound * 1e6,
+                   tmax[1] / bound, (unsigned long long)all_wrong);
         status |= all_wrong != 0;
     }
     cudaStreamDestroy(st);

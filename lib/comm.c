@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "devapi.h"
 #include "envjob.h"
 #include "hash.h"
 #include "log.h"
@@ -100,8 +101,8 @@ typedef struct {
     int32_t rank;
     uint32_t transports; /* bit i: rcci_transports[i] initialised here */
     uint64_t host_hash;
-    int32_t nsocks; /* RCC_NSOCKS: both ends of an edge must make as many */
-    int32_t unused;
+    int32_t nsocks;           /* RCC_NSOCKS: both ends of an edge must make as many */
+    int32_t cuda_device;      /* -1: this rank has no GPU (rcci_peer_info_t) */
     int64_t nsocks_min_bytes; /* RCC_NSOCKS_MIN_BYTES: and deal chunks alike */
 } comm_peer_t;
 
@@ -158,36 +159,21 @@ rcc_result_t rcci_config_check(const rcc_config_t *config, int64_t *timeout_ns, 
     return RCC_SUCCESS;
 }
 
-/* First transport (priority order) both ends built and whose can_connect
- * accepts the peer; can_connect is symmetric, so both ends agree. `why`
- * says so, for the INFO line that reports the choice. */
-static rcc_result_t comm_pick_transport(struct rcc_comm *comm, const comm_peer_t *peers, int peer,
-                                        int *index, char *why, size_t why_size)
+/* The peers table as the transports see it. */
+static rcc_result_t comm_peer_info(const struct rcc_comm *comm, const comm_peer_t *peers,
+                                   rcci_peer_info_t **info, uint32_t **transports)
 {
-    uint32_t common = peers[comm->rank].transports & peers[peer].transports;
-    rcci_peer_info_t me = {
-        .rank = comm->rank, .host_hash = peers[comm->rank].host_hash, .cuda_device = -1};
-    rcci_peer_info_t them = {.rank = peer, .host_hash = peers[peer].host_hash, .cuda_device = -1};
-    const char *only = rcci_param_str(RCCI_PARAM_TRANSPORT);
-    for (int i = 0; rcci_transports[i]; i++) {
-        int priority;
-        if (!(common & (1u << i)) ||
-            rcci_transports[i]->can_connect(comm->tctx[i], &me, &them, &priority) != RCC_SUCCESS)
-            continue;
-        *index = i;
-        if (*only)
-            snprintf(why, why_size, "forced by RCC_TRANSPORT=%s", only);
-        else
-            snprintf(why, why_size, "%s, %s; the first built on both that connects them",
-                     me.host_hash == them.host_hash ? "same host" : "another host",
-                     i == 0 ? "highest priority" : "higher ones cannot");
-        return RCC_SUCCESS;
+    size_t n = comm->nranks > 0 ? (size_t)comm->nranks : 1;
+    *info = calloc(n, sizeof **info);
+    *transports = calloc(n, sizeof **transports);
+    if (!*info || !*transports)
+        return rcci_error(RCC_ERR_NO_MEMORY, "peer tables for %d ranks", comm->nranks);
+    for (int r = 0; r < comm->nranks; r++) {
+        (*info)[r] = (rcci_peer_info_t){
+            .rank = r, .host_hash = peers[r].host_hash, .cuda_device = peers[r].cuda_device};
+        (*transports)[r] = peers[r].transports;
     }
-    char name[128];
-    rcci_bootstrap_peer_name(comm->bootstrap, peer, name, sizeof name);
-    return rcci_error(RCC_ERR_UNSUPPORTED,
-                      "no transport connects rank %d with %s (RCC_TRANSPORT=%s)", comm->rank, name,
-                      only);
+    return RCC_SUCCESS;
 }
 
 static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
@@ -195,6 +181,8 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     rcc_result_t res = RCC_SUCCESS;
     int64_t deadline = rcci_now_ns() + comm->timeout_ns;
     comm_peer_t *peers = NULL;
+    rcci_peer_info_t *info = NULL;
+    uint32_t *trs = NULL;
     char *handles = NULL;
     rcci_listener_t *listener = NULL;
     int next = (comm->rank + 1) % comm->nranks,
@@ -219,6 +207,8 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     me->host_hash = comm_host_hash();
     me->nsocks = (int32_t)rcci_param_int(RCCI_PARAM_NSOCKS);
     me->nsocks_min_bytes = rcci_param_int(RCCI_PARAM_NSOCKS_MIN_BYTES);
+    /* A GPU here: device buffers may then move GPU to GPU (devring.c). */
+    me->cuda_device = rcci_stream_usable() ? rcci_devapi()->current_device() : -1;
     /* A transport that cannot start here is no failure of the communicator:
      * its reason must not linger as this thread's last error and cause. */
     char saved_text[RCCI_ERR_TEXT_BYTES], saved_cause[RCCI_ERR_TEXT_BYTES];
@@ -269,8 +259,9 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
 
     int send_tr, recv_tr;
     char send_why[128], recv_why[128];
-    RCC_CHECK(comm_pick_transport(comm, peers, next, &send_tr, send_why, sizeof send_why));
-    RCC_CHECK(comm_pick_transport(comm, peers, prev, &recv_tr, recv_why, sizeof recv_why));
+    RCC_CHECK(comm_peer_info(comm, peers, &info, &trs));
+    RCC_CHECK(rcci_pick_transport(comm, info, trs, next, 0, &send_tr, send_why, sizeof send_why));
+    RCC_CHECK(rcci_pick_transport(comm, info, trs, prev, 0, &recv_tr, recv_why, sizeof recv_why));
     comm->send_link = (rcci_link_t){.tr = rcci_transports[send_tr],
                                     .tctx = comm->tctx[send_tr],
                                     .nconns = me->nsocks,
@@ -333,12 +324,15 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     listener = NULL;
     p2p->handles = handles;
     handles = NULL;
+    RCC_CHECK(rcci_devring_connect(comm, info, trs));
 out:
     if (res != RCC_SUCCESS)
         rcci_error_prefix("connecting the ring: ");
     if (listener)
         comm->recv_link.tr->close_listener(listener);
     free(peers);
+    free(info);
+    free(trs);
     free(handles);
     return res;
 }
@@ -421,9 +415,8 @@ static rcc_result_t comm_setup(struct rcc_comm *comm)
                  "chunk %zu bytes, %d slots, allreduce algorithm %s (rd up to %lld bytes, "
                  "rabenseifner up to %lld), fusion up to %lld bytes, timeout %.0f s",
                  RCC_VERSION_STRING, RCC_HAVE_CUDA ? "built" : "not built",
-                 RCC_HAVE_IBVERBS ? "built" : "not built",
-                 (unsigned long long)comm->comm_id, comm->nranks, comm->chunk_bytes, comm->slots,
-                 rcci_param_str(RCCI_PARAM_ALGO),
+                 RCC_HAVE_IBVERBS ? "built" : "not built", (unsigned long long)comm->comm_id,
+                 comm->nranks, comm->chunk_bytes, comm->slots, rcci_param_str(RCCI_PARAM_ALGO),
                  (long long)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES),
                  (long long)rcci_param_int(RCCI_PARAM_MID_MAX_BYTES),
                  (long long)rcci_param_int(RCCI_PARAM_FUSION_BYTES), comm->timeout_ns / 1e9);

@@ -68,10 +68,10 @@ typedef struct rcci_op {
     rcc_datatype_t dtype;
     rcc_redop_t redop;
     int root;
-    int rounds;          /* an allreduce run as rounds of exchanges (coll/allreduce_rounds.c) */
-    int algo;            /* an allreduce's rcci_allreduce_algo_t */
-    int alltoalls;       /* point-to-point: alltoall calls in it, numbered like collectives */
-    int on_stream;       /* ordered on a CUDA stream (or stands for members that are) */
+    int rounds;    /* an allreduce run as rounds of exchanges (coll/allreduce_rounds.c) */
+    int algo;      /* an allreduce's rcci_allreduce_algo_t */
+    int alltoalls; /* point-to-point: alltoall calls in it, numbered like collectives */
+    int on_stream; /* ordered on a CUDA stream (or stands for members that are) */
     rcci_mark_t mark;
     atomic_int launched; /* enqueued (inside a group: only at rcc_group_end) */
     /* A fused operation (group.c): one allreduce over `fusion_buf` standing
@@ -146,6 +146,10 @@ struct rcc_comm {
     void *tctx[8];
     rcci_link_t send_link; /* to rank + 1 */
     rcci_link_t recv_link; /* from rank - 1 */
+    /* The device ring (devring.c): the same edges over a transport that
+     * moves device memory (cudaipc), for collectives on device buffers;
+     * nconns 0 where an edge has none. */
+    rcci_link_t dsend_link, drecv_link;
     rcci_p2p_links_t p2p;
     int poll_ms;           /* set by an executor waiting on something epoll cannot see */
     int spin_score;        /* progress.c: how often polling before sleeping was in vain */
@@ -191,6 +195,19 @@ struct rcc_comm {
     char last_error[RCCI_ERR_TEXT_BYTES];
     rcci_timeline_t *tl; /* RCC_TIMELINE's recorder; NULL when off (timeline.h) */
 };
+
+/* Transport choice (devring.c). pick: the first transport of
+ * rcci_transports[] both ranks started (transports[r]: bit i for
+ * rcci_transports[i]) whose can_connect accepts `peer`; device 1: only
+ * those that move device memory (RCCI_CAP_DEVICE_MEM); device 0: only
+ * those that do not, unless RCC_TRANSPORT names one. `why` says why, for
+ * the INFO line. devring_connect: makes the device ring's connections where
+ * an edge has such a transport (every rank calls it: it may allgather). */
+rcc_result_t rcci_pick_transport(struct rcc_comm *comm, const rcci_peer_info_t *info,
+                                 const uint32_t *transports, int peer, int device, int *index,
+                                 char *why, size_t why_size);
+rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t *info,
+                                  const uint32_t *transports);
 
 /* Checks the caller's rcc_config_t (NULL: nothing to check). Reads `size`
  * first and nothing past it: a config shorter than this version's fields
@@ -307,11 +324,14 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *exec);
 /* rcci_coll_start for buffers in device memory: chunks go through `pinned`
  * (2 * slots * chunk_bytes of host_alloc memory: receive slots, then send
  * slots), copies and reductions run on `dstream`, partial results go to
- * `dscratch`, device memory of rcci_coll_device_scratch_bytes (stream.c). */
+ * `dscratch`, device memory of rcci_coll_device_scratch_bytes (stream.c).
+ * Edges of the device ring (comm->dsend_link/drecv_link) skip the staging:
+ * receives that reduce land in `dslots` (slots * chunk_bytes of device
+ * memory; NULL: receive over the host ring), the rest in place. */
 struct rcci_devapi;
 rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
                                     const struct rcci_devapi *dev, void *dstream, char *pinned,
-                                    char *dscratch, rcci_exec_t **exec);
+                                    char *dscratch, char *dslots, rcci_exec_t **exec);
 size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
 
 /* The same three for point-to-point operations (coll/p2p.c), and closing

@@ -47,8 +47,8 @@ typedef struct rcci_devapi {
     /* Enqueue: dst[i] = a[i] op b[i], i < n, with rcci_reduce's semantics
      * (lib/reduce.h; AVG divides by `divisor` when it is above 1). Any of
      * the pointers may be host_alloc memory. */
-    rcc_result_t (*reduce)(void *dst, const void *a, const void *b, size_t n,
-                           rcc_datatype_t dtype, rcc_redop_t op, int divisor, void *stream);
+    rcc_result_t (*reduce)(void *dst, const void *a, const void *b, size_t n, rcc_datatype_t dtype,
+                           rcc_redop_t op, int divisor, void *stream);
     /* Enqueue: `event` completes when the stream's work so far is done. */
     rcc_result_t (*event_record)(void *event, void *stream);
     /* Never blocks: 1 done, 0 not yet; an error when the device failed. */
@@ -64,7 +64,24 @@ typedef struct rcci_devapi {
      * slot); dst2 overlaps none of the others. */
     rcc_result_t (*reduce_copy)(void *dst, void *dst2, const void *a, const void *b, size_t n,
                                 rcc_datatype_t dtype, rcc_redop_t op, int divisor, void *stream);
+
+    /* -- appended for the cudaipc transport (transports/cudaipc/); a table
+     * without them (NULL) has no IPC, and the transport says so. -- */
+    /* Memory another process of this host can map: device memory (host 0;
+     * cudaMalloc + cudaIpcGetMemHandle) or host memory the device can
+     * read and write and the stream functions above can store flags in
+     * (host 1). Zeroed. Writes its handle (RCCI_IPC_HANDLE_BYTES). */
+    rcc_result_t (*ipc_alloc)(void **p, size_t bytes, int host, void *handle);
+    void (*ipc_free)(void *p);
+    /* Maps a peer process's ipc_alloc memory from its handle (device memory:
+     * with peer access where the devices differ and allow it). Fails with
+     * the reason (RCC_ERR_PEER_LOST when the exporter is gone). */
+    rcc_result_t (*ipc_open)(const void *handle, void **p);
+    void (*ipc_close)(void *p);
 } rcci_devapi_t;
+
+/* Size of an ipc_alloc handle (CUDA's cudaIpcMemHandle_t is 64 bytes). */
+#define RCCI_IPC_HANDLE_BYTES 96
 
 /* The table in use: one set by rcci_devapi_set, else CUDA's in a build with
  * CUDA, else NULL. */

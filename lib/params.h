@@ -48,7 +48,7 @@
     X(SOCKET_CONGESTION, STR, "cubic", 0, 0,                                                       \
       "TCP congestion control of data sockets (TCP_CONGESTION); empty: the system's default")      \
     X(TRANSPORT, STR, "", 0, 0,                                                                    \
-      "force a transport by name (ibverbs, tcp); default: best per peer")                          \
+      "force a transport by name (cudaipc, ibverbs, tcp); default: best per peer")                 \
     X(IB_HCA, STR, "", 0, 0,                                                                       \
       "RDMA device for the verbs transport: NAME or NAME:PORT (prefix match, as NCCL_IB_HCA); "    \
       "default: the first device with an active port")                                            \

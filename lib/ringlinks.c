@@ -1,10 +1,17 @@
-/* The ring edges' connections, for what treats them all alike. */
+/* The ring edges' connections, for what treats them all alike: the host
+ * ring's and the device ring's (devring.c), receiving edges first. */
 #include "comm.h"
+
+#define RING_LINKS 4
 
 static rcci_link_t *ring_link(struct rcc_comm *comm, int i)
 {
-    return i == 0 ? &comm->recv_link : &comm->send_link;
+    rcci_link_t *links[RING_LINKS] = {&comm->recv_link, &comm->drecv_link, &comm->send_link,
+                                      &comm->dsend_link};
+    return links[i];
 }
+
+static int ring_link_receives(int i) { return i < 2; }
 
 rcc_result_t rcci_conn_notice(const rcci_transport_t *tr, rcci_conn_t *conn)
 {
@@ -26,7 +33,7 @@ int rcci_conn_said_goodbye(const rcci_transport_t *tr, rcci_conn_t *conn)
 
 rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < RING_LINKS; i++) {
         rcci_link_t *link = ring_link(comm, i);
         for (int c = 0; c < link->nconns; c++) {
             if (!link->conns[c])
@@ -39,7 +46,8 @@ rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
              * notice names the cause) or just went: it stays. */
             char peer[128];
             rcci_bootstrap_peer_name(comm->bootstrap, link->peer, peer, sizeof peer);
-            rcci_error_prefix("the ring connection %s %s: ", i == 0 ? "from" : "to", peer);
+            rcci_error_prefix("the %sring connection %s %s: ", i % 2 ? "device " : "",
+                              ring_link_receives(i) ? "from" : "to", peer);
             return res;
         }
     }
@@ -48,7 +56,7 @@ rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
 
 void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < RING_LINKS; i++) {
         rcci_link_t *link = ring_link(comm, i);
         for (int c = 0; c < link->nconns; c++)
             if (link->conns[c])
@@ -58,7 +66,7 @@ void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text)
 
 void rcci_ring_close(struct rcc_comm *comm)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < RING_LINKS; i++) {
         rcci_link_t *link = ring_link(comm, i);
         for (int c = 0; c < link->nconns; c++) {
             if (link->conns[c])
@@ -70,7 +78,7 @@ void rcci_ring_close(struct rcc_comm *comm)
 
 rcc_result_t rcci_ring_watch(struct rcc_comm *comm)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < RING_LINKS; i++) {
         rcci_link_t *link = ring_link(comm, i);
         for (int c = 0; c < link->nconns; c++) {
             if (!link->conns[c])

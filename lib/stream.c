@@ -14,7 +14,10 @@
  * Device buffers travel over the host transports through pinned staging:
  * the operation's inputs are copied in on the library's own stream, the
  * host executor runs on the staging copies, and the outputs are copied back
- * before `done` is stored. Host buffers are used as they are.
+ * before `done` is stored. Host buffers are used as they are. Ring and
+ * chain collectives on device buffers go chunk by chunk instead
+ * (coll/pipeline.c): GPU to GPU over the device ring where it has edges
+ * (devring.c, cudaipc), else through pinned slots.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -341,6 +344,7 @@ struct rcci_exec {
     void *event;
     int pipelined; /* chunk by chunk on the device (inner is a pipeline) */
     char *dscratch;
+    char *dslots; /* the device ring's receive slots (devring.c), device memory */
 };
 
 /* Every mark `op` waits for has been started by its stream. */
@@ -349,8 +353,7 @@ static int marks_started(const rcci_op_t *op)
     for (int i = 0; i < op->nmembers; i++)
         if (!marks_started(op->members[i]))
             return 0;
-    return !op->mark.start ||
-           __atomic_load_n(op->mark.start, __ATOMIC_ACQUIRE) == op->mark.ticket;
+    return !op->mark.start || __atomic_load_n(op->mark.start, __ATOMIC_ACQUIRE) == op->mark.ticket;
 }
 
 static int region_add(rcci_exec_t *x, const void *p, size_t bytes, int in, int out)
@@ -502,7 +505,7 @@ rcc_result_t rcci_stream_exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_e
     x->op = op;
     x->phase = PH_START;
     op->started_ns = rcci_now_ns(); /* for stall reports; again once the stream reaches it */
-    rcci_exec_plan(comm, op); /* peers may ask about it while it waits for its stream */
+    rcci_exec_plan(comm, op);       /* peers may ask about it while it waits for its stream */
     rcc_result_t res = streams_get(comm, &x->s);
     if (res == RCC_SUCCESS) /* this (progress) thread's CUDA calls go to that device */
         res = x->s->dev->use_device(x->s->device);
@@ -540,9 +543,13 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
             size_t scratch = rcci_coll_device_scratch_bytes(comm, x->op);
             if (res == RCC_SUCCESS && scratch)
                 res = x->s->dev->dev_alloc((void **)&x->dscratch, scratch, x->s->copy_stream);
+            if (res == RCC_SUCCESS && comm->drecv_link.nconns > 0)
+                res = x->s->dev->dev_alloc((void **)&x->dslots,
+                                           (size_t)comm->slots * comm->chunk_bytes,
+                                           x->s->copy_stream);
             if (res == RCC_SUCCESS)
-                res = rcci_coll_start_device(comm, x->op, x->s->dev, x->s->copy_stream,
-                                             x->staging, x->dscratch, &x->inner);
+                res = rcci_coll_start_device(comm, x->op, x->s->dev, x->s->copy_stream, x->staging,
+                                             x->dscratch, x->dslots, &x->inner);
             x->pipelined = 1;
             x->phase = PH_RUN;
             *progressed = 1;
@@ -616,6 +623,8 @@ void rcci_stream_exec_finish(struct rcc_comm *comm, rcci_exec_t *x)
         staging_give(x->s, x->staging, x->staging_bytes);
     if (x->dscratch)
         x->s->dev->dev_free(x->dscratch, x->s->copy_stream);
+    if (x->dslots)
+        x->s->dev->dev_free(x->dslots, x->s->copy_stream);
     if (x->event)
         x->s->dev->event_destroy(x->event);
     free(x->regions);
@@ -625,8 +634,8 @@ void rcci_stream_exec_finish(struct rcc_comm *comm, rcci_exec_t *x)
 
 void rcci_stream_waiting_for(struct rcc_comm *comm, rcci_exec_t *x, char *buf, size_t size)
 {
-    static const char *const what[] = {"its stream to reach it", "the copy of its inputs",
-                                       "", "the copy of its outputs", ""};
+    static const char *const what[] = {"its stream to reach it", "the copy of its inputs", "",
+                                       "the copy of its outputs", ""};
     if (x->phase == PH_RUN && x->inner)
         rcci_exec_host_waiting_for(comm, x->op, x->inner, buf, size);
     else

@@ -4,12 +4,17 @@
 #include "rcc_config.h"
 #include "transport.h"
 
+extern const rcci_transport_t rcci_transport_cudaipc;
 extern const rcci_transport_t rcci_transport_tcp;
 #if RCC_HAVE_IBVERBS
 extern const rcci_transport_t rcci_transport_ibverbs;
 #endif
 
 const rcci_transport_t *const rcci_transports[] = {
+    /* Same-host GPU peers, for device buffers only: the engine gives host
+     * buffers to the first transport below that has no RCCI_CAP_DEVICE_MEM
+     * unless RCC_TRANSPORT names this one (lib/comm.c). */
+    &rcci_transport_cudaipc,
 #if RCC_HAVE_IBVERBS
     &rcci_transport_ibverbs, /* where its init finds an RDMA device for the job's address */
 #endif

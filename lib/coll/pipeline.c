@@ -11,10 +11,17 @@
  * from the caller's buffers (or from scratch, for partial results the caller
  * has no room for). Each segment is reduced once, by one rank, so every rank
  * ends with the same bits.
+ *
+ * Device buffers (rcci_coll_start_device) take the device ring's edges
+ * where it has them (devring.c: cudaipc moves device memory itself):
+ * receives land in device slots (or the output) and sends leave from the
+ * device buffers directly; elsewhere chunks are staged through pinned
+ * host slots for the host transports.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "clock.h"
 #include "comm.h"
@@ -30,8 +37,10 @@ struct rcci_exec {
     rcci_request_t **sreq, **rreq; /* ring buffers indexed by item % slots */
     int64_t last_progress_ns;
     int local_done;
-    size_t nconns;  /* connections per edge it deals its messages over */
-    rcci_tag_t tag; /* every message of the operation carries it */
+    size_t nconns;              /* connections per edge it deals its messages over */
+    const rcci_link_t *sl, *rl; /* the edges it runs on: the host ring's or the device ring's */
+    size_t snconns, rnconns;    /* connections it deals over on each */
+    rcci_tag_t tag;             /* every message of the operation carries it */
     /* Device buffers (rcci_coll_start_device): every chunk goes through a
      * pinned slot; the copies and reductions run on `dstream`, and a step
      * counts as done when its event has completed. Receives are posted,
@@ -43,6 +52,16 @@ struct rcci_exec {
     char *pin_recv, *pin_send; /* `slots` chunks each */
     void **rev, **sev;         /* an event per slot */
     size_t recv_landed, send_staged;
+    /* Edges of the device ring: no staging. Receives that reduce land in
+     * `dslots` (device memory), the others in the output, and both wait
+     * for `start_ev` (the device scratch exists in stream order); sends
+     * leave from the device buffers once the stream's work before them is
+     * done (their event). */
+    int rdirect, sdirect;
+    char *dslots;
+    void *start_ev;
+    int started;
+    int ended; /* advance reported it done: nothing of it is left on the GPU */
 };
 
 static char *pipe_slot(struct rcc_comm *comm, size_t item)
@@ -56,7 +75,7 @@ static rcc_result_t pipe_fail(struct rcc_comm *comm, rcci_exec_t *x, rcc_result_
                               int is_send)
 {
     char peer[128];
-    int rank = is_send ? comm->send_link.peer : comm->recv_link.peer;
+    int rank = is_send ? x->sl->peer : x->rl->peer;
     rcci_bootstrap_peer_name(comm->bootstrap, rank, peer, sizeof peer);
     const rcci_op_t *op = x->op;
     size_t nchunks = x->sched.ring.nchunks ? x->sched.ring.nchunks : x->sched.nchunks;
@@ -142,6 +161,9 @@ static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scrat
     x->nconns = bytes >= comm->send_link.spread_min_bytes ? (size_t)comm->send_link.nconns : 1;
     if (x->nconns < 1)
         x->nconns = 1;
+    x->sl = &comm->send_link;
+    x->rl = &comm->recv_link;
+    x->snconns = x->rnconns = x->nconns;
     x->sreq = calloc((size_t)comm->slots, sizeof *x->sreq);
     x->rreq = calloc((size_t)comm->slots, sizeof *x->rreq);
     x->last_progress_ns = rcci_now_ns();
@@ -166,7 +188,7 @@ size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op
  * still moving; a finished receive is reduced on the spot. */
 static rcc_result_t pipe_reap(struct rcc_comm *comm, rcci_exec_t *x, int sends, int *progressed)
 {
-    const rcci_link_t *link = sends ? &comm->send_link : &comm->recv_link;
+    const rcci_link_t *link = sends ? x->sl : x->rl;
     rcci_request_t **reqs = sends ? x->sreq : x->rreq;
     size_t *done = sends ? &x->send_done : &x->recv_done;
     size_t posted = sends ? x->send_posted : x->recv_posted;
@@ -206,9 +228,9 @@ static rcc_result_t pipe_reap(struct rcc_comm *comm, rcci_exec_t *x, int sends, 
 
 /* ---- device buffers ------------------------------------------------------ */
 
-rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
-                                    const rcci_devapi_t *dev, void *dstream, char *pinned,
-                                    char *dscratch, rcci_exec_t **out)
+rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op, const rcci_devapi_t *dev,
+                                    void *dstream, char *pinned, char *dscratch, char *dslots,
+                                    rcci_exec_t **out)
 {
     rcc_result_t res = pipe_start(comm, op, dscratch, out);
     rcci_exec_t *x = *out;
@@ -217,6 +239,22 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
     size_t slots = (size_t)comm->slots;
     x->dev = dev;
     x->dstream = dstream;
+    if (comm->dsend_link.nconns > 0) {
+        x->sl = &comm->dsend_link;
+        x->sdirect = 1;
+        x->snconns = 1;
+    }
+    if (comm->drecv_link.nconns > 0 && dslots) {
+        x->rl = &comm->drecv_link;
+        x->rdirect = 1;
+        x->rnconns = 1;
+        x->dslots = dslots;
+    }
+    res = dev->event_create(&x->start_ev);
+    if (res == RCC_SUCCESS)
+        res = dev->event_record(x->start_ev, dstream);
+    if (res != RCC_SUCCESS)
+        return res;
     x->pin_recv = pinned;
     x->pin_send = pinned + slots * comm->chunk_bytes;
     x->rev = calloc(slots, sizeof *x->rev);
@@ -241,12 +279,13 @@ static rcc_result_t dev_ready(rcci_exec_t *x, void *event, size_t count, int *re
 /* The staging slot of the send that forwards receive `item`'s result, when
  * that send is the next to stage and its slot is free: the reduction then
  * stores the result there as well, in the same pass (no copy, and the send
- * need not wait for the reduction's event before it is staged). */
+ * need not wait for the reduction's event before it is staged). Sends on
+ * the device ring leave from the device buffers: nothing to stage. */
 static char *pipe_forward_slot(struct rcc_comm *comm, rcci_exec_t *x, size_t item,
                                const rcci_recv_step_t *rs)
 {
     size_t slots = (size_t)comm->slots;
-    if (x->send_staged >= x->sched.nsend || x->send_staged >= x->send_done + slots)
+    if (x->sdirect || x->send_staged >= x->sched.nsend || x->send_staged >= x->send_done + slots)
         return NULL;
     rcci_send_step_t ss;
     rcci_schedule_send(&x->sched, x->send_staged, &ss);
@@ -255,9 +294,20 @@ static char *pipe_forward_slot(struct rcc_comm *comm, rcci_exec_t *x, size_t ite
     return x->pin_send + (x->send_staged % slots) * comm->chunk_bytes;
 }
 
+/* Where receive `item` lands: a pinned slot, or on the device ring a
+ * device slot (a reduction's operand) or its destination. */
+static char *dev_recv_dst(struct rcc_comm *comm, rcci_exec_t *x, size_t item,
+                          const rcci_recv_step_t *step)
+{
+    size_t off = (item % (size_t)comm->slots) * comm->chunk_bytes;
+    if (!x->rdirect)
+        return x->pin_recv + off;
+    return step->local ? x->dslots + off : step->dst;
+}
+
 static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int *progressed)
 {
-    const rcci_link_t *rl = &comm->recv_link;
+    const rcci_link_t *rl = x->rl;
     size_t slots = (size_t)comm->slots, esize = x->sched.esize;
     const rcci_op_t *op = x->op;
     /* Finished sends first: their slots may take what lands below. */
@@ -294,15 +344,16 @@ static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int
             *req = NULL;
         }
         if (step.count > 0) {
-            char *slot = x->pin_recv + (x->recv_landed % slots) * comm->chunk_bytes;
+            char *slot = dev_recv_dst(comm, x, x->recv_landed, &step);
             char *fwd = step.local ? pipe_forward_slot(comm, x, x->recv_landed, &step) : NULL;
+            res = RCC_SUCCESS;
             if (fwd)
                 res = x->dev->reduce_copy(step.out, fwd, step.local, slot, step.count, op->dtype,
                                           op->redop, step.divisor, x->dstream);
             else if (step.local)
                 res = x->dev->reduce(step.out, step.local, slot, step.count, op->dtype, op->redop,
                                      step.divisor, x->dstream);
-            else
+            else if (!x->rdirect) /* direct: it is in place already */
                 res = x->dev->copy(step.dst, slot, step.count * esize, x->dstream);
             if (res == RCC_SUCCESS)
                 res = x->dev->event_record(x->rev[x->recv_landed % slots], x->dstream);
@@ -317,11 +368,16 @@ static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int
     while (x->recv_posted < x->sched.nrecv && x->recv_posted < x->recv_done + slots) {
         rcci_recv_step_t step;
         rcci_schedule_recv(&x->sched, x->recv_posted, &step);
+        /* Direct receives write where they land at once: not before the
+         * device memory exists in stream order, nor into an output area
+         * still being sent from. */
+        if (x->rdirect && step.count > 0 &&
+            (!x->started || (!step.local && step.guard >= 0 && (size_t)step.guard >= x->send_done)))
+            break;
         if (step.count > 0) {
-            res = rl->tr->irecv(rl->conns[x->recv_posted % x->nconns],
-                                x->pin_recv + (x->recv_posted % slots) * comm->chunk_bytes,
-                                step.count * esize, &x->tag, NULL,
-                                &x->rreq[x->recv_posted % slots]);
+            res = rl->tr->irecv(rl->conns[x->recv_posted % x->rnconns],
+                                dev_recv_dst(comm, x, x->recv_posted, &step), step.count * esize,
+                                &x->tag, NULL, &x->rreq[x->recv_posted % slots]);
             if (res != RCC_SUCCESS)
                 return pipe_fail(comm, x, res, x->recv_posted, 0);
         }
@@ -333,7 +389,7 @@ static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int
 
 static rcc_result_t pipe_sends_device(struct rcc_comm *comm, rcci_exec_t *x, int *progressed)
 {
-    const rcci_link_t *sl = &comm->send_link;
+    const rcci_link_t *sl = x->sl;
     size_t slots = (size_t)comm->slots, esize = x->sched.esize;
     rcc_result_t res = pipe_reap(comm, x, 1, progressed); /* send_done up to send_posted */
     if (res != RCC_SUCCESS)
@@ -345,9 +401,9 @@ static rcc_result_t pipe_sends_device(struct rcc_comm *comm, rcci_exec_t *x, int
         size_t k = x->send_posted % slots;
         res = dev_ready(x, x->sev[k], step.count, &ready);
         if (res == RCC_SUCCESS && ready && step.count > 0)
-            res = sl->tr->isend(sl->conns[x->send_posted % x->nconns],
-                                x->pin_send + k * comm->chunk_bytes, step.count * esize, &x->tag,
-                                NULL, &x->sreq[k]);
+            res = sl->tr->isend(sl->conns[x->send_posted % x->snconns],
+                                x->sdirect ? step.src : x->pin_send + k * comm->chunk_bytes,
+                                step.count * esize, &x->tag, NULL, &x->sreq[k]);
         if (res != RCC_SUCCESS)
             return pipe_fail(comm, x, res, x->send_posted, 1);
         if (!ready)
@@ -361,9 +417,12 @@ static rcc_result_t pipe_sends_device(struct rcc_comm *comm, rcci_exec_t *x, int
         if (step.dep >= 0 && (size_t)step.dep >= x->recv_done)
             break; /* what it forwards has not been reduced yet */
         if (step.count > 0) {
+            /* Direct: no copy, only the event that says the stream's work
+             * before it (the local copy, the reduction it forwards) is done. */
             size_t k = x->send_staged % slots;
-            res = x->dev->copy(x->pin_send + k * comm->chunk_bytes, step.src, step.count * esize,
-                               x->dstream);
+            res = x->sdirect ? RCC_SUCCESS
+                             : x->dev->copy(x->pin_send + k * comm->chunk_bytes, step.src,
+                                            step.count * esize, x->dstream);
             if (res == RCC_SUCCESS)
                 res = x->dev->event_record(x->sev[k], x->dstream);
             if (res != RCC_SUCCESS)
@@ -388,11 +447,17 @@ static rcc_result_t pipe_advance_device(struct rcc_comm *comm, rcci_exec_t *x, i
         }
         x->local_done = *progressed = 1;
     }
+    if (!x->started) {
+        rcc_result_t res = x->dev->event_query(x->start_ev, &x->started);
+        if (res != RCC_SUCCESS)
+            return res;
+    }
     rcc_result_t res = pipe_recvs_device(comm, x, progressed);
     if (res == RCC_SUCCESS)
         res = pipe_sends_device(comm, x, progressed);
-    if (x->recv_landed > x->recv_done || x->send_staged > x->send_posted)
-        comm->poll_ms = 1; /* the GPU's progress: epoll cannot see it */
+    if (x->recv_landed > x->recv_done || x->send_staged > x->send_posted || x->rdirect ||
+        x->sdirect || !x->started)
+        comm->poll_ms = 1; /* the GPU's progress (and the device ring's): epoll cannot see it */
     return res;
 }
 
@@ -400,7 +465,7 @@ static rcc_result_t pipe_advance_device(struct rcc_comm *comm, rcci_exec_t *x, i
 
 rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progressed, int *done)
 {
-    const rcci_link_t *sl = &comm->send_link, *rl = &comm->recv_link;
+    const rcci_link_t *sl = x->sl, *rl = x->rl;
     size_t slots = (size_t)comm->slots, esize = x->sched.esize;
     rcc_result_t res;
     *progressed = *done = 0;
@@ -457,7 +522,11 @@ check:;
     int64_t now = rcci_now_ns();
     if (*progressed)
         x->last_progress_ns = now;
-    *done = x->recv_done == x->sched.nrecv && x->send_done == x->sched.nsend;
+    /* A device operation also waits for its start event: an event must not
+     * be destroyed while the stream may still store it. */
+    *done =
+        x->recv_done == x->sched.nrecv && x->send_done == x->sched.nsend && (!x->dev || x->started);
+    x->ended = *done;
     if (!*done && now - x->last_progress_ns > comm->timeout_ns) {
         int waiting_recv = x->recv_done < x->sched.nrecv;
         size_t item = waiting_recv ? x->recv_done : x->send_done;
@@ -468,6 +537,56 @@ check:;
         return pipe_fail(comm, x, res, item, !waiting_recv);
     }
     return RCC_SUCCESS;
+}
+
+/* Waits (within PIPE_QUIESCE_NS) for the work queued on `stream` so far;
+ * 0 when it did not end. */
+#define PIPE_QUIESCE_NS (5ll * 1000000000)
+static int pipe_stream_drain(const rcci_devapi_t *dev, void *stream)
+{
+    void *ev = NULL;
+    int done = 0;
+    if (dev->event_create(&ev) != RCC_SUCCESS)
+        return 0;
+    if (dev->event_record(ev, stream) == RCC_SUCCESS) {
+        int64_t deadline = rcci_now_ns() + PIPE_QUIESCE_NS;
+        while (!done && rcci_now_ns() < deadline && dev->event_query(ev, &done) == RCC_SUCCESS)
+            if (!done)
+                nanosleep(&(struct timespec){0, 50000}, NULL);
+    }
+    if (done) /* a pending one stays: the stream may still store it */
+        dev->event_destroy(ev);
+    return done;
+}
+
+/* A device operation that failed may still have copies in flight, the
+ * device ring's into its slots and outputs, and work on its stream that
+ * stores its events: the device ring's connections it used are closed
+ * (the transport waits for its copies; the failure closes every link
+ * anyway, progress.c, but after the operation's memory is gone) and the
+ * stream drained before its memory and events go. The peer is told why
+ * first, as progress.c tells the others (the communicator is marked
+ * broken before its operations finish). 0 when the stream did not drain:
+ * its events are then left allocated. */
+static int pipe_device_quiesce(struct rcc_comm *comm, rcci_exec_t *x)
+{
+    rcci_link_t *links[2] = {x->sdirect ? &comm->dsend_link : NULL,
+                             x->rdirect ? &comm->drecv_link : NULL};
+    rcc_result_t res = comm->broken != RCC_SUCCESS ? comm->broken : RCC_ERR_PEER_LOST;
+    char text[RCCI_ERR_TEXT_BYTES + 32];
+    if (!strncmp(comm->broken_text, "rank ", 5))
+        snprintf(text, sizeof text, "%s", comm->broken_text);
+    else
+        snprintf(text, sizeof text, "rank %d: %s", comm->rank, comm->broken_text);
+    if (res == RCC_ERR_ABORTED) /* as progress.c words it */
+        res = RCC_ERR_PEER_LOST;
+    for (int i = 0; i < 2; i++)
+        if (links[i] && links[i]->conns[0]) {
+            links[i]->tr->notify(links[i]->conns[0], res, text);
+            links[i]->tr->close(links[i]->conns[0]);
+            links[i]->conns[0] = NULL;
+        }
+    return pipe_stream_drain(x->dev, x->dstream);
 }
 
 void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
@@ -482,17 +601,20 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
     for (int i = 0; i < comm->slots && x->sreq && x->rreq; i++) {
         int complete;
         if (x->sreq[i])
-            comm->send_link.tr->test(x->sreq[i], &complete);
+            x->sl->tr->test(x->sreq[i], &complete);
         if (x->rreq[i])
-            comm->recv_link.tr->test(x->rreq[i], &complete);
+            x->rl->tr->test(x->rreq[i], &complete);
     }
+    int drained = !x->dev || x->ended || pipe_device_quiesce(comm, x);
     rcci_tls_error_set(error);
-    for (int i = 0; x->dev && i < comm->slots; i++) {
+    for (int i = 0; x->dev && drained && i < comm->slots; i++) {
         if (x->rev && x->rev[i])
             x->dev->event_destroy(x->rev[i]);
         if (x->sev && x->sev[i])
             x->dev->event_destroy(x->sev[i]);
     }
+    if (x->start_ev && drained)
+        x->dev->event_destroy(x->start_ev);
     free(x->rev);
     free(x->sev);
     free(x->sreq);

@@ -13,6 +13,7 @@
 #include "cuda/reduce_cuda.h"
 #include "devapi.h"
 #include "err.h"
+#include "ipcmem.h"
 
 typedef CUresult (*stream_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
@@ -25,9 +26,8 @@ static void driver_lookup(void)
     enum cudaDriverEntryPointQueryResult found;
     void *fn = NULL;
     /* 12000: the signature as of CUDA 12 (the _v2 entry points). */
-    cudaError_t e =
-        cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault,
-                                         &found);
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000,
+                                                     cudaEnableDefault, &found);
     if (e == cudaSuccess && found == cudaDriverEntryPointSuccess)
         write_value32 = (stream_value_fn)fn;
     fn = NULL;
@@ -73,7 +73,8 @@ static rcc_result_t cuda_use_device(int device)
 
 static rcc_result_t cuda_host_alloc(void **p, size_t bytes)
 {
-    cudaError_t e = cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable);
+    cudaError_t e =
+        cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable);
     if (e != cudaSuccess)
         return cuda_fail(e, "cudaHostAlloc of pinned staging memory");
     memset(*p, 0, bytes);
@@ -163,10 +164,10 @@ static rcc_result_t stream_value(int wait, void *stream, volatile uint32_t *flag
     cudaError_t e = cudaHostGetDevicePointer(&dev, (void *)flag, 0);
     if (e != cudaSuccess)
         return cuda_fail(e, "cudaHostGetDevicePointer of a stream flag");
-    CUresult r = wait ? wait_value32((CUstream)stream, (CUdeviceptr)dev, value,
-                                     CU_STREAM_WAIT_VALUE_GEQ)
-                      : write_value32((CUstream)stream, (CUdeviceptr)dev, value,
-                                      CU_STREAM_WRITE_VALUE_DEFAULT);
+    CUresult r =
+        wait ? wait_value32((CUstream)stream, (CUdeviceptr)dev, value, CU_STREAM_WAIT_VALUE_GEQ)
+             : write_value32((CUstream)stream, (CUdeviceptr)dev, value,
+                             CU_STREAM_WRITE_VALUE_DEFAULT);
     if (r != CUDA_SUCCESS)
         return rcci_error(RCC_ERR_CUDA, "%s on a host-mapped flag: CUresult %d",
                           wait ? "cuStreamWaitValue32" : "cuStreamWriteValue32", (int)r);
@@ -181,6 +182,159 @@ static rcc_result_t cuda_write_flag(void *stream, volatile uint32_t *flag, uint3
 static rcc_result_t cuda_wait_flag(void *stream, volatile uint32_t *flag, uint32_t value)
 {
     return stream_value(1, stream, flag, value);
+}
+
+/* ---- IPC (the cudaipc transport) ------------------------------------------ */
+
+/* The handle: what it is, then CUDA's handle (device memory) or a shared
+ * memory handle (host memory, registered with CUDA on both sides). */
+typedef struct {
+    uint32_t host;
+    int32_t device; /* the exporter's */
+    uint64_t bytes;
+    union {
+        cudaIpcMemHandle_t cuda;
+        rcci_ipcmem_handle_t shm;
+    } u;
+} ipc_handle_t;
+_Static_assert(sizeof(ipc_handle_t) <= RCCI_IPC_HANDLE_BYTES, "IPC handle too large");
+
+/* Host-kind mappings, to unregister and unmap them by pointer. */
+#define IPC_MAX_HOST 256
+static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    void *p;
+    int exported;
+    rcci_ipcmem_handle_t shm;
+} ipc_host[IPC_MAX_HOST];
+
+static rcc_result_t ipc_host_add(void *p, int exported, const rcci_ipcmem_handle_t *shm)
+{
+    pthread_mutex_lock(&ipc_lock);
+    int i = 0;
+    while (i < IPC_MAX_HOST && ipc_host[i].p)
+        i++;
+    if (i < IPC_MAX_HOST)
+        ipc_host[i].p = p, ipc_host[i].exported = exported, ipc_host[i].shm = *shm;
+    pthread_mutex_unlock(&ipc_lock);
+    return i < IPC_MAX_HOST
+               ? RCC_SUCCESS
+               : rcci_error(RCC_ERR_NO_MEMORY, "more than %d shared flag pages", IPC_MAX_HOST);
+}
+
+/* Maps shared host memory for the device (flags the streams store). */
+static rcc_result_t ipc_host_register(void *p, size_t bytes)
+{
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+    return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaHostRegister of a shared flag page");
+}
+
+static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int host, void *handle)
+{
+    ipc_handle_t h;
+    memset(&h, 0, sizeof h);
+    h.host = (uint32_t)host;
+    h.device = cuda_current_device();
+    h.bytes = bytes ? bytes : 1;
+    rcc_result_t res;
+    if (host) {
+        res = rcci_ipcmem_create((size_t)h.bytes, p, &h.u.shm);
+        if (res == RCC_SUCCESS && (res = ipc_host_register(*p, (size_t)h.bytes)) == RCC_SUCCESS &&
+            (res = ipc_host_add(*p, 1, &h.u.shm)) != RCC_SUCCESS)
+            cudaHostUnregister(*p);
+        if (res != RCC_SUCCESS && *p)
+            rcci_ipcmem_free(*p, &h.u.shm);
+    } else {
+        /* cudaMalloc, not the stream-ordered pool: only its memory exports. */
+        cudaError_t e = cudaMalloc(p, (size_t)h.bytes);
+        if (e != cudaSuccess)
+            return cuda_fail(e, "cudaMalloc of IPC receive slots");
+        e = cudaMemset(*p, 0, (size_t)h.bytes);
+        if (e == cudaSuccess)
+            e = cudaIpcGetMemHandle(&h.u.cuda, *p);
+        res = e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaIpcGetMemHandle");
+        if (res != RCC_SUCCESS)
+            cudaFree(*p);
+    }
+    if (res == RCC_SUCCESS) {
+        memset(handle, 0, RCCI_IPC_HANDLE_BYTES);
+        memcpy(handle, &h, sizeof h);
+    }
+    return res;
+}
+
+/* Whether p is a host-kind mapping; forgets it (and says how it came). */
+static int ipc_host_take(void *p, int *exported, rcci_ipcmem_handle_t *shm)
+{
+    int found = 0;
+    pthread_mutex_lock(&ipc_lock);
+    for (int i = 0; i < IPC_MAX_HOST && !found; i++)
+        if (ipc_host[i].p == p) {
+            found = 1;
+            *exported = ipc_host[i].exported;
+            *shm = ipc_host[i].shm;
+            ipc_host[i].p = NULL;
+        }
+    pthread_mutex_unlock(&ipc_lock);
+    return found;
+}
+
+/* A host-kind mapping is found by pointer; the rest is device memory:
+ * ours (free: cudaFree) or a peer's (close: cudaIpcCloseMemHandle). */
+static int ipc_host_release(void *p)
+{
+    int exported;
+    rcci_ipcmem_handle_t shm;
+    if (!ipc_host_take(p, &exported, &shm))
+        return 0;
+    cudaHostUnregister(p);
+    if (exported)
+        rcci_ipcmem_free(p, &shm);
+    else
+        rcci_ipcmem_close(p, (size_t)shm.bytes);
+    return 1;
+}
+
+static void cuda_ipc_free(void *p)
+{
+    if (p && !ipc_host_release(p))
+        cudaFree(p);
+}
+
+static void cuda_ipc_close(void *p)
+{
+    if (p && !ipc_host_release(p))
+        cudaIpcCloseMemHandle(p);
+}
+
+static rcc_result_t cuda_ipc_open(const void *handle, void **p)
+{
+    ipc_handle_t h;
+    memcpy(&h, handle, sizeof h);
+    if (h.host > 1 || h.bytes == 0)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "not an IPC handle (kind %u, %llu bytes)",
+                          h.host, (unsigned long long)h.bytes);
+    if (h.host) {
+        rcc_result_t res = rcci_ipcmem_open(&h.u.shm, p);
+        if (res != RCC_SUCCESS)
+            return res;
+        if ((res = ipc_host_register(*p, (size_t)h.bytes)) == RCC_SUCCESS &&
+            (res = ipc_host_add(*p, 0, &h.u.shm)) != RCC_SUCCESS)
+            cudaHostUnregister(*p);
+        if (res != RCC_SUCCESS)
+            rcci_ipcmem_close(*p, (size_t)h.bytes);
+        return res;
+    }
+    int me = cuda_current_device(), can = 1;
+    if (h.device != me && cudaDeviceCanAccessPeer(&can, me, h.device) != cudaSuccess)
+        can = 0;
+    if (!can)
+        return rcci_error(RCC_ERR_UNSUPPORTED,
+                          "device %d cannot access device %d's memory (no peer access)", me,
+                          (int)h.device);
+    /* Lazy peer access: enabled by the driver for the exporter's device. */
+    cudaError_t e = cudaIpcOpenMemHandle(p, h.u.cuda, cudaIpcMemLazyEnablePeerAccess);
+    return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaIpcOpenMemHandle of a peer's slots");
 }
 
 const rcci_devapi_t rcci_devapi_cuda = {
@@ -204,4 +358,8 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .write_flag = cuda_write_flag,
     .wait_flag = cuda_wait_flag,
     .reduce_copy = rcci_cuda_reduce_copy,
+    .ipc_alloc = cuda_ipc_alloc,
+    .ipc_free = cuda_ipc_free,
+    .ipc_open = cuda_ipc_open,
+    .ipc_close = cuda_ipc_close,
 };

@@ -9,7 +9,11 @@
 #   gpu-tests.log testlog.txt  meson test --suite gpu (console, and meson's full log)
 #   kernperf.txt               ringcc-kernperf (kernel GB/s beside cudaMemcpy D2D GB/s)
 #   streamperf-N.txt           ringcc-streamperf on N = 2 and 4 ranks sharing the GPU: allreduce
-#                              of device buffers on a stream beside host buffers, over TCP
+#                              of device buffers on a stream (GPU to GPU over cudaipc) beside
+#                              host buffers (over TCP), up to 256 MiB, with the ring's
+#                              memory-traffic bound (bound us, dev/bound)
+#   streamperf-tcp-4.txt       the same with RCC_TRANSPORT=tcp at 64 and 256 MiB, 4 ranks: device
+#                              buffers staged over TCP (issue 6's path, issue 7's 5x reference)
 #   shim-torch.log             tests/shim/run-torch.sh (skipped where python3 has no CUDA torch)
 #   summary.txt                what is printed at the end
 # Every stage has its own time limit; together they stay under 8 minutes (the PyTorch stage,
@@ -21,7 +25,7 @@
 set -u
 
 if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 mkdir -p "$1" || exit 2
@@ -75,10 +79,14 @@ rc=$?
 
 for n in 2 4; do
     stage "streamperf-$n" 120 "$out/streamperf-$n.txt" \
-        "$build/tools/ringcc-run" -n "$n" "$build/bench/ringcc-streamperf" -b 1M -e 64M -f 4 -r 3
+        "$build/tools/ringcc-run" -n "$n" "$build/bench/ringcc-streamperf" -b 1M -e 256M -f 4 -r 3
     rc=$?
     [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 done
+stage streamperf-tcp-4 90 "$out/streamperf-tcp-4.txt" env RCC_TRANSPORT=tcp \
+    "$build/tools/ringcc-run" -n 4 "$build/bench/ringcc-streamperf" -b 64M -e 256M -f 4 -n 5 -w 1 -r 1
+rc=$?
+[ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 # torch.distributed (backend nccl) with 2 and 4 processes on GPU 0 through the preloaded shim:
 # every collective, then DDP against single-process training; 80 s at most per run.
 stage shim-torch 180 "$out/shim-torch.log" \
@@ -96,6 +104,8 @@ rc=$?
         echo "--- ringcc-streamperf, $n ranks on one GPU"
         cat "$out/streamperf-$n.txt"
     done
+    echo "--- ringcc-streamperf, 4 ranks, RCC_TRANSPORT=tcp"
+    cat "$out/streamperf-tcp-4.txt"
     echo "--- PyTorch through the NCCL shim"
     grep -E '^(ok|FAIL|SKIP|collectives:|ddp:|  skipped:)' "$out/shim-torch.log"
 } | tee -a "$out/summary.txt"

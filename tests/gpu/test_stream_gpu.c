@@ -155,21 +155,10 @@ static int rank_main(int rank, int n, void *arg)
     return td_finish(comm, bad);
 }
 
-/* In a child: whether this machine has a usable CUDA device. */
-static int probe_device(void)
-{
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(rcc_cuda_available() ? 0 : (printf("SKIP: %s\n", rcc_last_error(NULL)), 77));
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (!probe_device())
+    if (!cu_probe_device())
         return 77;
     int failed = 0;
     for (int n = 1; n <= 4; n++) {

@@ -10,6 +10,7 @@
 
 #include "devapi.h"
 #include "err.h"
+#include "ipcmem.h"
 #include "reduce.h"
 
 /* ---- device memory: ranges this module handed out ------------------------- */
@@ -19,31 +20,57 @@ static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     char *p;
     size_t bytes;
+    int ipc;    /* 0: fakedev_malloc; 1: exported (ipc_alloc); 2: a peer's, opened */
+    int device; /* counts as device memory (is_device) */
+    rcci_ipcmem_handle_t handle;
 } allocs[FAKE_MAX_ALLOCS];
 
-void *fakedev_malloc(size_t bytes)
+/* Records a range; aborts when the table is full (a test's bug). */
+static void allocs_add(char *p, size_t bytes, int ipc, int device,
+                       const rcci_ipcmem_handle_t *handle)
 {
-    char *p = calloc(1, bytes ? bytes : 1);
-    if (!p)
-        abort();
     pthread_mutex_lock(&mem_lock);
     int i = 0;
     while (i < FAKE_MAX_ALLOCS && allocs[i].p)
         i++;
     if (i == FAKE_MAX_ALLOCS)
         abort();
-    allocs[i].p = p, allocs[i].bytes = bytes ? bytes : 1;
+    allocs[i].p = p, allocs[i].bytes = bytes, allocs[i].ipc = ipc, allocs[i].device = device;
+    if (handle)
+        allocs[i].handle = *handle;
     pthread_mutex_unlock(&mem_lock);
+}
+
+/* Forgets the range at p; returns what it was (ipc -1: not found). */
+static int allocs_take(void *p, size_t *bytes, rcci_ipcmem_handle_t *handle)
+{
+    int ipc = -1;
+    pthread_mutex_lock(&mem_lock);
+    for (int i = 0; i < FAKE_MAX_ALLOCS && ipc < 0; i++)
+        if (allocs[i].p == p) {
+            ipc = allocs[i].ipc;
+            *bytes = allocs[i].bytes;
+            *handle = allocs[i].handle;
+            allocs[i].p = NULL;
+        }
+    pthread_mutex_unlock(&mem_lock);
+    return ipc;
+}
+
+void *fakedev_malloc(size_t bytes)
+{
+    char *p = calloc(1, bytes ? bytes : 1);
+    if (!p)
+        abort();
+    allocs_add(p, bytes ? bytes : 1, 0, 1, NULL);
     return p;
 }
 
 void fakedev_free(void *p)
 {
-    pthread_mutex_lock(&mem_lock);
-    for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
-        if (allocs[i].p == p)
-            allocs[i].p = NULL;
-    pthread_mutex_unlock(&mem_lock);
+    size_t bytes;
+    rcci_ipcmem_handle_t h;
+    allocs_take(p, &bytes, &h);
     free(p);
 }
 
@@ -52,7 +79,7 @@ static int fake_is_device(const void *p)
     int found = 0;
     pthread_mutex_lock(&mem_lock);
     for (int i = 0; i < FAKE_MAX_ALLOCS && !found; i++)
-        found = allocs[i].p && (const char *)p >= allocs[i].p &&
+        found = allocs[i].p && allocs[i].device && (const char *)p >= allocs[i].p &&
                 (const char *)p < allocs[i].p + allocs[i].bytes;
     pthread_mutex_unlock(&mem_lock);
     return found;
@@ -325,6 +352,47 @@ static rcc_result_t fake_wait_flag(void *stream, volatile uint32_t *flag, uint32
     return RCC_SUCCESS;
 }
 
+/* ---- IPC: memory another process maps (lib/ipcmem.h: a memfd the peer
+ * opens through /proc), so the cudaipc transport runs across the forked
+ * ranks of a test as it would across processes sharing a GPU. ------------- */
+
+static rcc_result_t fake_ipc_alloc(void **p, size_t bytes, int host, void *handle)
+{
+    rcci_ipcmem_handle_t h;
+    rcc_result_t res = rcci_ipcmem_create(bytes ? bytes : 1, p, &h);
+    if (res != RCC_SUCCESS)
+        return res;
+    memset(handle, 0, RCCI_IPC_HANDLE_BYTES);
+    memcpy(handle, &h, sizeof h);
+    allocs_add(*p, (size_t)h.bytes, 1, !host, &h);
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t fake_ipc_open(const void *handle, void **p)
+{
+    /* Fault injection: a GPU that cannot reach its peer's memory. */
+    if (getenv("FAKEDEV_IPC_OPEN_FAILS"))
+        return rcci_error(RCC_ERR_UNSUPPORTED, "fake device: no peer access to the peer's memory "
+                                               "(FAKEDEV_IPC_OPEN_FAILS)");
+    rcci_ipcmem_handle_t h;
+    memcpy(&h, handle, sizeof h);
+    rcc_result_t res = rcci_ipcmem_open(&h, p);
+    if (res == RCC_SUCCESS)
+        allocs_add(*p, (size_t)h.bytes, 2, 1, &h);
+    return res;
+}
+
+static void fake_ipc_release(void *p)
+{
+    size_t bytes;
+    rcci_ipcmem_handle_t h;
+    int ipc = allocs_take(p, &bytes, &h);
+    if (ipc == 1)
+        rcci_ipcmem_free(p, &h);
+    else if (ipc == 2)
+        rcci_ipcmem_close(p, bytes);
+}
+
 static const rcci_devapi_t fake_api = {
     .name = "fake",
     .device_count = fake_device_count,
@@ -346,6 +414,10 @@ static const rcci_devapi_t fake_api = {
     .write_flag = fake_write_flag,
     .wait_flag = fake_wait_flag,
     .reduce_copy = fake_reduce_copy,
+    .ipc_alloc = fake_ipc_alloc,
+    .ipc_free = fake_ipc_release,
+    .ipc_open = fake_ipc_open,
+    .ipc_close = fake_ipc_release,
 };
 
 void fakedev_install(void) { rcci_devapi_set(&fake_api); }

@@ -4,7 +4,9 @@
  * each stream is a thread that runs its queue in order (copies, flag writes,
  * flag waits, events, and test "kernels"), each item after a random delay
  * of up to FAKEDEV_JITTER_US so that work that is not ordered shows up as
- * wrong results.
+ * wrong results. Its IPC (the cudaipc transport's) is a memfd the peer
+ * maps through /proc; with FAKEDEV_IPC_OPEN_FAILS set in the environment,
+ * opening a peer's memory fails as it does between GPUs without peer access.
  */
 #ifndef RINGCC_TEST_FAKEDEV_H
 #define RINGCC_TEST_FAKEDEV_H

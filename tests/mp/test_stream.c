@@ -105,9 +105,13 @@ static const rcc_datatype_t stream_dtypes[] = {RCC_FLOAT32, RCC_FLOAT16, RCC_INT
                                                RCC_BFLOAT16, RCC_UINT8, RCC_FLOAT64};
 static const size_t stream_counts[] = {1, 1001, 65537};
 
+/* arg: non-NULL: over TCP (RCC_TRANSPORT=tcp), device buffers staged
+ * through pinned slots; otherwise over the device ring (cudaipc on the
+ * stand-in) where the rank count makes one. */
 static int rank_collectives(int rank, int n, void *arg)
 {
-    (void)arg;
+    if (arg)
+        setenv("RCC_TRANSPORT", "tcp", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(60000);
     void *stream = fakedev_stream_create();
@@ -147,9 +151,11 @@ static int rank_collectives(int rank, int n, void *arg)
                 return 1;
             bad |= r;
         }
-    /* The ring reduces a received chunk into the output and into the slot
-     * that forwards it in one pass whenever that send's slot is free: on
-     * some rank, at least (when is a matter of timing). */
+    /* Staged over TCP, the ring reduces a received chunk into the output
+     * and into the slot that forwards it in one pass whenever that send is
+     * the next to stage and its slot is free: on some rank, at least, once
+     * the ring has steps that forward (3 ranks or more; when is a matter
+     * of timing, and 2 ranks forward only in the allgather, often late). */
     size_t *fused = mp_shared(NULL);
     fused[rank] = fakedev_reduce_copies();
     fakedev_stream_destroy(stream);
@@ -162,7 +168,7 @@ static int rank_collectives(int rank, int n, void *arg)
     size_t fused_all = 0;
     for (int r = 0; r < n; r++)
         fused_all += fused[r];
-    if (n > 1 && fused_all == 0)
+    if (arg && n > 2 && fused_all == 0)
         MP_FAIL("rank %d: the device pipeline never fused a reduction with its forwarding copy",
                 rank);
     return td_finish(comm, bad);
@@ -171,6 +177,13 @@ static int rank_collectives(int rank, int n, void *arg)
 START_TEST(collectives_on_a_stream)
 {
     ck_assert_int_eq(mp_run(_i, rank_collectives, NULL, 300), 0);
+}
+END_TEST
+
+START_TEST(collectives_on_a_stream_tcp)
+{
+    static const int tcp = 1;
+    ck_assert_int_eq(mp_run(_i, rank_collectives, (void *)&tcp, 300), 0);
 }
 END_TEST
 
@@ -282,6 +295,7 @@ static Suite *stream_suite(void)
     TCase *tc = tcase_create("fake_device");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, collectives_on_a_stream, 1, 6);
+    tcase_add_loop_test(tc, collectives_on_a_stream_tcp, 2, 5);
     tcase_add_loop_test(tc, p2p_on_a_stream, 1, 6);
     tcase_add_loop_test(tc, failure_releases_the_stream, 2, 5);
     suite_add_tcase(s, tc);

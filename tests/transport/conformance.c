@@ -7,7 +7,9 @@
  * byte, with guard bytes past its end; every wait has a deadline.
  *
  * A transport that cannot run here (no device) makes the program print
- * "SKIP: NAME: reason" and exit 77, meson's skip. The ranks use 127.0.0.1,
+ * "SKIP: NAME: reason" and exit 77, meson's skip. `test_transport NAME fake`
+ * runs it on the stand-in GPU (tests/mp/fakedev.c, whose "device memory"
+ * the forked ranks share through its IPC): cudaipc in every build. The ranks use 127.0.0.1,
  * or with RCC_SOCKET_IFNAME set the address of that interface (an RDMA
  * device's, for ibverbs: RCC_SOCKET_IFNAME=eth0 meson test transport_ibverbs).
  */
@@ -18,11 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "err.h"
 #include "socket.h"
+#include "fakedev.h"
 #include "mp.h"
 #include "comm.h" /* rcci_sig_describe */
 #include "transport.h"
@@ -592,14 +596,29 @@ int main(int argc, char **argv)
         fprintf(stderr, ")\n");
         return 2;
     }
-    /* Whether it can run here at all: its own reason when not. */
-    rcci_transport_env_t env = conf_env(0);
-    void *ctx;
-    if (tr->init(&env, &ctx) != RCC_SUCCESS) {
-        printf("SKIP: %s: %s\n", tr->name, rcci_tls_error());
-        return 77;
+    if (argc > 2 && strcmp(argv[2], "fake") == 0)
+        fakedev_install(); /* before any rank forks: they all inherit it */
+    /* Whether it can run here at all: its own reason when not. Asked in a
+     * child: a process that has started CUDA (cudaipc's init does) must not
+     * fork ranks that use it afterwards. */
+    fflush(stdout);
+    pid_t probe = fork();
+    if (probe == 0) {
+        rcci_transport_env_t env = conf_env(0);
+        void *ctx;
+        if (tr->init(&env, &ctx) != RCC_SUCCESS) {
+            printf("SKIP: %s: %s\n", tr->name, rcci_tls_error());
+            fflush(stdout); /* _exit does not */
+            _exit(77);
+        }
+        tr->fini(ctx);
+        _exit(0);
     }
-    tr->fini(ctx);
+    int status = 0;
+    if (probe < 0 || waitpid(probe, &status, 0) != probe || !WIFEXITED(status))
+        return 1;
+    if (WEXITSTATUS(status) != 0)
+        return WEXITSTATUS(status);
     SRunner *sr = srunner_create(conformance_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -1,0 +1,208 @@
+/*
+ * Transport choice per ring edge, and the device ring: a second pair of
+ * ring connections, over a transport that moves device memory itself
+ * (RCCI_CAP_DEVICE_MEM: cudaipc), for the collectives whose buffers are all
+ * device memory (stream.c, coll/pipeline.c). Host buffers keep the host
+ * ring (comm->send_link/recv_link), so a job mixing both kinds of buffer
+ * uses each transport for what it is good at.
+ *
+ * Made at init, not on the first device operation: connecting needs every
+ * rank of the edge at once, and at init they are (lazily, a rank that
+ * reached its first device collective would wait for a neighbour still in
+ * host work). It costs a CUDA context and 2 x 8 x 2 MiB of device memory
+ * per edge, only on ranks that have a GPU and a same-host neighbour with
+ * one, and RCC_TRANSPORT=tcp (or ibverbs) turns it off.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "comm.h"
+#include "log.h"
+#include "params.h"
+
+/* Connection tag of the device ring's edge (clear of the host ring's and
+ * the point-to-point lanes'). */
+#define DEVRING_TAG 0x200u
+#define DEVRING_SLICE_NS (50ll * 1000000) /* accept waits between bootstrap checks */
+
+static int devring_is_device(const rcci_transport_t *tr)
+{
+    return (tr->caps & RCCI_CAP_DEVICE_MEM) != 0;
+}
+
+rcc_result_t rcci_pick_transport(struct rcc_comm *comm, const rcci_peer_info_t *info,
+                                 const uint32_t *transports, int peer, int device, int *index,
+                                 char *why, size_t why_size)
+{
+    uint32_t common = transports[comm->rank] & transports[peer];
+    const rcci_peer_info_t *me = &info[comm->rank], *them = &info[peer];
+    const char *only = rcci_param_str(RCCI_PARAM_TRANSPORT);
+    char refused[160] = "";
+    for (int i = 0; rcci_transports[i]; i++) {
+        const rcci_transport_t *tr = rcci_transports[i];
+        int priority;
+        if (!(common & (1u << i)) || (device && !devring_is_device(tr)))
+            continue;
+        /* Host buffers go to a device transport only when RCC_TRANSPORT says so. */
+        if (!device && devring_is_device(tr) && !*only)
+            continue;
+        if (tr->can_connect(comm->tctx[i], me, them, &priority) != RCC_SUCCESS) {
+            snprintf(refused, sizeof refused, "; %s: %s", tr->name, rcci_tls_error());
+            continue;
+        }
+        *index = i;
+        if (*only)
+            snprintf(why, why_size, "forced by RCC_TRANSPORT=%s", only);
+        else if (device)
+            snprintf(why, why_size, "same host, GPUs %d and %d: device memory moves GPU to GPU",
+                     me->cuda_device, them->cuda_device);
+        else
+            snprintf(why, why_size, "%s, %s; the first built on both that connects them",
+                     me->host_hash == them->host_hash ? "same host" : "another host",
+                     i == 0 ? "highest priority" : "higher ones cannot");
+        return RCC_SUCCESS;
+    }
+    char name[128];
+    rcci_bootstrap_peer_name(comm->bootstrap, peer, name, sizeof name);
+    if (device)
+        return rcci_error(RCC_ERR_UNSUPPORTED, "no device transport connects rank %d with %s%s",
+                          comm->rank, name, refused[0] ? refused : " (none usable here)");
+    return rcci_error(RCC_ERR_UNSUPPORTED,
+                      "no transport connects rank %d with %s (RCC_TRANSPORT=%s)", comm->rank, name,
+                      only);
+}
+
+/* Whether the edge from rank r to r + 1 gets a device connection: the same
+ * answer on every rank (can_connect looks at the peers' information only). */
+static int devring_edge(struct rcc_comm *comm, const rcci_peer_info_t *info,
+                        const uint32_t *transports, int r, int *index, char *why, size_t size)
+{
+    int n = comm->nranks, next = (r + 1) % n;
+    struct rcc_comm view = *comm; /* pick for rank r: the choice is symmetric */
+    view.rank = r;
+    char saved[RCCI_ERR_TEXT_BYTES];
+    snprintf(saved, sizeof saved, "%s", rcci_tls_error());
+    int ok = rcci_pick_transport(&view, info, transports, next, 1, index, why, size) == RCC_SUCCESS;
+    if (!ok)
+        snprintf(why, size, "%s", rcci_tls_error());
+    rcci_tls_error_set(saved);
+    return ok;
+}
+
+/* One empty message over each device edge before the communicator is
+ * handed out: the transport's set-up (IPC mappings, the first stream
+ * stores) runs now, and what fails there (no peer access between the GPUs)
+ * fails the init with its reason rather than the first device collective. */
+#define DEVRING_HELLO_SEQ 0xffffffffu /* no operation's number */
+static rcc_result_t devring_first_message(struct rcc_comm *comm, int64_t deadline)
+{
+    rcci_link_t *links[2] = {&comm->dsend_link, &comm->drecv_link};
+    rcci_request_t *req[2] = {NULL, NULL};
+    rcci_tag_t tag = {.seq = DEVRING_HELLO_SEQ};
+    char byte = 0;
+    rcc_result_t res = RCC_SUCCESS;
+    for (int i = 0; i < 2 && res == RCC_SUCCESS; i++)
+        if (links[i]->nconns > 0)
+            res = i == 0 ? links[i]->tr->isend(links[i]->conns[0], &byte, 0, &tag, NULL, &req[i])
+                         : links[i]->tr->irecv(links[i]->conns[0], &byte, 0, &tag, NULL, &req[i]);
+    int64_t check_ns = rcci_now_ns() + DEVRING_SLICE_NS;
+    for (int i = 0; i < 2 && res == RCC_SUCCESS; i++) {
+        int done = !req[i];
+        while (res == RCC_SUCCESS && !done) {
+            res = links[i]->tr->test(req[i], &done);
+            int64_t now = rcci_now_ns();
+            if (res != RCC_SUCCESS || done)
+                break;
+            if (now > deadline)
+                res = rcci_error(RCC_ERR_TIMEOUT,
+                                 "the first message on the device ring %s rank %d did not %s",
+                                 i == 0 ? "to" : "from", links[i]->peer, i == 0 ? "go" : "come");
+            else if (now > check_ns) { /* a neighbour that failed shows here first */
+                check_ns = now + DEVRING_SLICE_NS;
+                res = rcci_bootstrap_check(comm->bootstrap);
+            } else {
+                nanosleep(&(struct timespec){0, 100000}, NULL);
+            }
+        }
+        req[i] = NULL; /* freed by test, or with the connection */
+    }
+    return res;
+}
+
+rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t *info,
+                                  const uint32_t *transports)
+{
+    rcc_result_t res = RCC_SUCCESS;
+    int n = comm->nranks, prev = (comm->rank + n - 1) % n;
+    int any = 0, send_tr = -1, recv_tr = -1, idx;
+    char send_why[200] = "", recv_why[200] = "", why[200];
+    for (int r = 0; r < n; r++)
+        any |= devring_edge(comm, info, transports, r, &idx, why, sizeof why);
+    if (!any) { /* no rank makes one: no extra round through the bootstrap */
+        devring_edge(comm, info, transports, comm->rank, &idx, send_why, sizeof send_why);
+        RCC_INFO("device ring: none (%s); device buffers are staged through host memory", send_why);
+        return RCC_SUCCESS;
+    }
+    if (!devring_edge(comm, info, transports, comm->rank, &send_tr, send_why, sizeof send_why))
+        send_tr = -1;
+    if (!devring_edge(comm, info, transports, prev, &recv_tr, recv_why, sizeof recv_why))
+        recv_tr = -1;
+    rcci_listener_t *listener = NULL;
+    char *handles = calloc((size_t)n, RCCI_HANDLE_BYTES);
+    int64_t deadline = rcci_now_ns() + comm->timeout_ns;
+    if (!handles)
+        RCC_FAIL(RCC_ERR_NO_MEMORY, "device ring handles for %d ranks", n);
+    if (recv_tr >= 0)
+        RCC_CHECK(rcci_transports[recv_tr]->listen(
+            comm->tctx[recv_tr], handles + (size_t)comm->rank * RCCI_HANDLE_BYTES, &listener));
+    RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, handles, RCCI_HANDLE_BYTES));
+    if (send_tr >= 0) {
+        rcci_link_t *l = &comm->dsend_link;
+        *l = (rcci_link_t){.tr = rcci_transports[send_tr],
+                           .tctx = comm->tctx[send_tr],
+                           .nconns = 1,
+                           .spread_min_bytes = SIZE_MAX,
+                           .peer = (comm->rank + 1) % n};
+        RCC_CHECK(l->tr->connect(l->tctx, handles + (size_t)l->peer * RCCI_HANDLE_BYTES,
+                                 DEVRING_TAG, deadline, &l->conns[0]));
+    }
+    if (recv_tr >= 0) {
+        rcci_link_t *l = &comm->drecv_link;
+        *l = (rcci_link_t){.tr = rcci_transports[recv_tr],
+                           .tctx = comm->tctx[recv_tr],
+                           .nconns = 1,
+                           .spread_min_bytes = SIZE_MAX,
+                           .peer = prev};
+        /* In slices, as the host ring: a neighbour that failed meanwhile
+         * shows in the bootstrap before the timeout. */
+        for (;;) {
+            int64_t slice = rcci_now_ns() + DEVRING_SLICE_NS;
+            res = l->tr->accept(listener, prev, DEVRING_TAG, slice < deadline ? slice : deadline,
+                                &l->conns[0]);
+            if (res != RCC_ERR_TIMEOUT || slice >= deadline)
+                break;
+            RCC_CHECK(rcci_bootstrap_check(comm->bootstrap));
+        }
+        if (res != RCC_SUCCESS)
+            goto out;
+    }
+    RCC_CHECK(devring_first_message(comm, deadline));
+    RCC_INFO("device ring: sends to rank %d %s%s%s, receives from rank %d %s%s%s",
+             (comm->rank + 1) % n, send_tr >= 0 ? "via " : "staged through host memory (",
+             send_tr >= 0 ? rcci_transports[send_tr]->name : send_why, send_tr >= 0 ? "" : ")",
+             prev, recv_tr >= 0 ? "via " : "staged through host memory (",
+             recv_tr >= 0 ? rcci_transports[recv_tr]->name : recv_why, recv_tr >= 0 ? "" : ")");
+    if (send_tr >= 0)
+        RCC_INFO("device ring: rank %d -> rank %d: %s", comm->rank, (comm->rank + 1) % n, send_why);
+out:
+    if (res != RCC_SUCCESS)
+        rcci_error_prefix("connecting the device ring: ");
+    if (listener)
+        rcci_transports[recv_tr]->close_listener(listener);
+    free(handles);
+    return res;
+}

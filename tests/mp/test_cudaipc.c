@@ -1,0 +1,223 @@
+/*
+ * The device ring over cudaipc (lib/devring.c, transports/cudaipc/) on the
+ * stand-in GPU (fakedev.c, whose IPC the forked ranks share as processes
+ * sharing a GPU would): large ring collectives of device buffers, several
+ * slots' worth of fragments per chunk, against the naive reference; the
+ * choice of transport per edge (and RCC_TRANSPORT turning it off); and a
+ * rank killed while its peers map its memory, which they must report as
+ * PEER_LOST naming it, within the timeout, with their streams released.
+ * tests/gpu/test_cudaipc_gpu.c runs the collectives on a real GPU.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../check_main.h"
+#include "comm.h" /* the device ring's links, to see that it is used */
+#include "fakedev.h"
+#include "mp.h"
+#include "testdata.h"
+
+typedef enum { K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_NKINDS } kind_t;
+
+static const char *const kind_names[] = {"allreduce", "reduce_scatter", "allgather"};
+
+/* One collective of `count` (per rank for reduce-scatter's output and
+ * allgather's input) on device buffers; 0 when right. */
+static int run_case(rcc_comm_t comm, void *stream, int rank, int n, kind_t kind, size_t count,
+                    rcc_datatype_t dt, rcc_redop_t op, unsigned seed)
+{
+    size_t es = rcc_datatype_size(dt), nn = (size_t)n;
+    size_t in_elems = kind == K_REDUCE_SCATTER ? count * nn : count;
+    size_t out_elems = kind == K_ALLGATHER ? count * nn : count;
+    char *in = malloc(in_elems * es), *want = malloc(out_elems * es), *got = malloc(out_elems * es);
+    char *din = fakedev_malloc(in_elems * es), *dout = fakedev_malloc(out_elems * es);
+    td_fill(in, 0, in_elems, seed, rank, dt, op);
+    if (kind == K_ALLREDUCE)
+        td_reference(want, 0, count, NULL, n, seed, dt, op);
+    else if (kind == K_REDUCE_SCATTER)
+        td_reference(want, (size_t)rank * count, count, NULL, n, seed, dt, op);
+    else
+        for (int r = 0; r < n; r++)
+            td_fill(want + (size_t)r * count * es, 0, count, seed, r, dt, op);
+    memcpy(din, in, in_elems * es);
+    memset(dout, TD_UNWRITTEN, out_elems * es);
+    rcc_result_t res;
+    if (kind == K_ALLREDUCE)
+        res = rcc_allreduce_stream(din, dout, count, dt, op, comm, stream);
+    else if (kind == K_REDUCE_SCATTER)
+        res = rcc_reduce_scatter_stream(din, dout, count, dt, op, comm, stream);
+    else
+        res = rcc_allgather_stream(din, dout, count, dt, comm, stream);
+    int bad = 0;
+    if (res != RCC_SUCCESS || fakedev_stream_sync(stream, 60)) {
+        fprintf(stderr, "rank %d: %s: %s: %s\n", rank, kind_names[kind], rcc_result_name(res),
+                rcc_last_error(comm));
+        bad = 1;
+    } else {
+        memcpy(got, dout, out_elems * es);
+        char what[160];
+        snprintf(what, sizeof what, "rank %d of %d: %s of %zu %s %s", rank, n, kind_names[kind],
+                 count, rcc_datatype_name(dt), rcc_redop_name(op));
+        bad = td_compare(what, got, want, out_elems, dt);
+    }
+    fakedev_free(din);
+    fakedev_free(dout);
+    free(in), free(want), free(got);
+    return bad;
+}
+
+static const rcc_datatype_t dtypes[] = {RCC_FLOAT32, RCC_BFLOAT16, RCC_INT64, RCC_FLOAT16,
+                                        RCC_UINT8,   RCC_FLOAT64,  RCC_INT32};
+
+/* Every kind, dtype and op at sizes that cut into several 2 MiB fragments
+ * per chunk (RCC_CHUNK_BYTES 5 MiB) and into ragged ends. */
+static int rank_collectives(int rank, int n, void *arg)
+{
+    (void)arg;
+    setenv("RCC_ALGO", "ring", 1); /* the pipelined ring: the path the device ring serves */
+    setenv("RCC_CHUNK_BYTES", "5242883", 1);
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(60000);
+    struct rcc_comm *c = comm;
+    if (c->dsend_link.nconns != 1 || c->drecv_link.nconns != 1 ||
+        strcmp(c->dsend_link.tr->name, "cudaipc") != 0)
+        MP_FAIL("rank %d: no device ring over cudaipc", rank);
+    void *stream = fakedev_stream_create();
+    int bad = 0;
+    unsigned seed = 7;
+    for (int kind = 0; kind < K_NKINDS; kind++)
+        for (size_t d = 0; d < sizeof dtypes / sizeof *dtypes; d++) {
+            rcc_redop_t op = (rcc_redop_t)((d + (size_t)kind) % RCC_NUM_OPS);
+            size_t count = mp_scaled((size_t)(3u << 20) / rcc_datatype_size(dtypes[d]) + 3);
+            bad |= run_case(comm, stream, rank, n, (kind_t)kind, count, dtypes[d], op, seed++);
+            bad |= run_case(comm, stream, rank, n, (kind_t)kind, 5, dtypes[d], op, seed++);
+        }
+    fakedev_stream_destroy(stream);
+    return td_finish(comm, bad);
+}
+
+START_TEST(device_ring_collectives)
+{
+    ck_assert_int_eq(mp_run(_i, rank_collectives, NULL, 300), 0);
+}
+END_TEST
+
+/* RCC_TRANSPORT=tcp: no device ring; device buffers are staged, with the
+ * same results. */
+static int rank_forced_tcp(int rank, int n, void *arg)
+{
+    (void)arg;
+    setenv("RCC_TRANSPORT", "tcp", 1);
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(60000);
+    struct rcc_comm *c = comm;
+    if (c->dsend_link.nconns != 0 || c->drecv_link.nconns != 0)
+        MP_FAIL("rank %d: a device ring despite RCC_TRANSPORT=tcp", rank);
+    void *stream = fakedev_stream_create();
+    int bad = run_case(comm, stream, rank, n, K_ALLREDUCE, 300001, RCC_FLOAT32, RCC_SUM, 3);
+    fakedev_stream_destroy(stream);
+    return td_finish(comm, bad);
+}
+
+START_TEST(transport_forced_to_tcp) { ck_assert_int_eq(mp_run(3, rank_forced_tcp, NULL, 120), 0); }
+END_TEST
+
+/* The last rank dies (SIGKILL) in the middle of a large allreduce while its
+ * neighbours map its slots and write into them: they fail with PEER_LOST
+ * naming it, well within the timeout, and their streams go on. */
+static int rank_death(int rank, int n, void *arg)
+{
+    (void)arg;
+    setenv("RCC_ALGO", "ring", 1);
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(30000);
+    void *stream = fakedev_stream_create();
+    size_t count = 8u << 20; /* 32 MiB of float32: many fragments in flight */
+    float *d = fakedev_malloc(count * sizeof *d);
+    /* One that works first: the connections are up and mapped. */
+    rcc_result_t res = rcc_allreduce_stream(d, d, 1000, RCC_FLOAT32, RCC_SUM, comm, stream);
+    if (res != RCC_SUCCESS || fakedev_stream_sync(stream, 30))
+        MP_FAIL("rank %d: the first allreduce: %s", rank, rcc_last_error(comm));
+    res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
+    if (rank == n - 1) {
+        usleep(20000);
+        kill(getpid(), SIGKILL);
+    }
+    double t0 = td_now_s();
+    if (res != RCC_SUCCESS)
+        MP_FAIL("rank %d: the call itself failed: %s", rank, rcc_last_error(comm));
+    if (fakedev_stream_sync(stream, 25))
+        MP_FAIL("rank %d: the stream was left waiting after a peer died", rank);
+    rcc_result_t async = RCC_SUCCESS;
+    rcc_comm_get_async_error(comm, &async);
+    const char *text = rcc_last_error(comm);
+    char dead[32];
+    snprintf(dead, sizeof dead, "rank %d", n - 1);
+    if (async != RCC_ERR_PEER_LOST || !strstr(text, dead))
+        MP_FAIL("rank %d: after rank %d died: %s: %s", rank, n - 1, rcc_result_name(async), text);
+    printf("rank %d: failed %.2f s after the call: %s\n", rank, td_now_s() - t0, text);
+    fakedev_free(d);
+    fakedev_stream_destroy(stream);
+    rcc_comm_abort(comm);
+    return 0;
+}
+
+START_TEST(peer_death_while_mapped)
+{
+    int st[8];
+    mp_run_status(_i, rank_death, NULL, 120, st);
+    for (int r = 0; r < _i - 1; r++)
+        ck_assert_int_eq(st[r], 0);
+    ck_assert_int_eq(st[_i - 1], 128 + SIGKILL);
+}
+END_TEST
+
+/* Rank 1's device cannot map its neighbour's memory: every rank's init
+ * fails, rank 1's with the reason, instead of the first device collective. */
+static int rank_no_peer_access(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    if (rank == 1)
+        setenv("FAKEDEV_IPC_OPEN_FAILS", "1", 1);
+    fakedev_install();
+    rcc_config_t config = RCC_CONFIG_INITIALIZER;
+    config.timeout_ms = 20000;
+    rcc_comm_t comm = NULL;
+    double t0 = td_now_s();
+    rcc_result_t res = rcc_comm_init_env(&comm, &config);
+    const char *text = rcc_last_error(NULL);
+    printf("rank %d: init gave %s after %.2f s: %s\n", rank, rcc_result_name(res), td_now_s() - t0,
+           text);
+    if (res == RCC_SUCCESS)
+        MP_FAIL("rank %d: init succeeded although rank 1 cannot map its peer's memory", rank);
+    if (rank == 1 && (res != RCC_ERR_UNSUPPORTED || !strstr(text, "no peer access")))
+        MP_FAIL("rank 1: init failed without the reason: %s: %s", rcc_result_name(res), text);
+    if (td_now_s() - t0 > 15)
+        MP_FAIL("rank %d: init took %.1f s to fail", rank, td_now_s() - t0);
+    return 0;
+}
+
+START_TEST(no_peer_access_fails_init)
+{
+    ck_assert_int_eq(mp_run(3, rank_no_peer_access, NULL, 120), 0);
+}
+END_TEST
+
+static Suite *cudaipc_suite(void)
+{
+    Suite *s = suite_create("mp_cudaipc");
+    TCase *tc = tcase_create("fake_device");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, device_ring_collectives, 2, 5);
+    tcase_add_test(tc, transport_forced_to_tcp);
+    tcase_add_loop_test(tc, peer_death_while_mapped, 2, 4);
+    tcase_add_test(tc, no_peer_access_fails_init);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RCC_TEST_MAIN(cudaipc_suite)

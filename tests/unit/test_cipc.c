@@ -1,0 +1,157 @@
+/* The cudaipc transport's slot protocol (transports/cudaipc/slots.h) and
+ * the shared memory it maps (lib/ipcmem.h), without a GPU. */
+#include <check.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "cudaipc/slots.h"
+#include "err.h"
+#include "ipcmem.h"
+
+START_TEST(fragments_cover_the_message)
+{
+    const size_t slot = 1000;
+    static const uint64_t sizes[] = {0, 1, 999, 1000, 1001, 2999, 3000, 3001, 123457};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        uint64_t n = sizes[i], next = 0;
+        uint32_t k = rcci_cipc_frags(n, slot);
+        ck_assert_uint_eq(k, n == 0 ? 1 : (n + slot - 1) / slot); /* the naive count */
+        for (uint32_t f = 0; f < k; f++) {
+            uint64_t off;
+            size_t len;
+            rcci_cipc_frag_span(n, slot, f, &off, &len);
+            ck_assert_uint_eq(off, next); /* contiguous, in order */
+            ck_assert(len <= slot);
+            ck_assert(n == 0 || len > 0);
+            next += len;
+        }
+        ck_assert_uint_eq(next, n);
+    }
+}
+END_TEST
+
+START_TEST(counters_wrap)
+{
+    /* A sender may be at most RCCI_CIPC_SLOTS fragments ahead of the tail,
+     * also across the 2^32 wrap. */
+    uint32_t bases[] = {0, 5, 0xfffffffcu, 0xffffffffu};
+    for (int b = 0; b < 4; b++) {
+        uint32_t tail = bases[b];
+        for (uint32_t d = 0; d < 2 * RCCI_CIPC_SLOTS; d++)
+            ck_assert_int_eq(rcci_cipc_slot_free(tail + d, tail), d < RCCI_CIPC_SLOTS);
+        ck_assert(rcci_cipc_passed(tail + 1, tail));
+        ck_assert(!rcci_cipc_passed(tail, tail));
+        ck_assert(!rcci_cipc_passed(tail - 1, tail));
+    }
+}
+END_TEST
+
+START_TEST(headers_are_checked)
+{
+    rcci_tag_t want = {.seq = 7};
+    memset(want.sig, 3, sizeof want.sig);
+    rcci_cipc_hdr_t h = {.seq = 7, .frag = 2, .bytes = 4096};
+    memcpy(h.sig, want.sig, sizeof h.sig);
+    ck_assert_int_eq(rcci_cipc_check(&h, &want, 4096, 2, "rank 1", "rank 0", NULL), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_cipc_check(&h, &want, 4095, 2, "rank 1", "rank 0", NULL), RCC_ERR_REMOTE);
+    ck_assert_int_eq(rcci_cipc_check(&h, &want, 4096, 1, "rank 1", "rank 0", NULL), RCC_ERR_REMOTE);
+    ck_assert(strstr(rcci_tls_error(), "fragment 2") != NULL);
+    h.seq = 8;
+    ck_assert_int_eq(rcci_cipc_check(&h, &want, 4096, 2, "rank 1", "rank 0", NULL),
+                     RCC_ERR_MISMATCH);
+    ck_assert(strstr(rcci_tls_error(), "rank 1") != NULL);
+    h.seq = 7;
+    h.sig[5] ^= 1;
+    ck_assert_int_eq(rcci_cipc_check(&h, &want, 4096, 2, "rank 1", "rank 0", NULL),
+                     RCC_ERR_MISMATCH);
+}
+END_TEST
+
+START_TEST(hellos_are_checked)
+{
+    rcci_cipc_hello_t h = {.magic = RCCI_CIPC_HELLO_MAGIC,
+                           .version = RCCI_CIPC_VERSION,
+                           .slots = RCCI_CIPC_SLOTS,
+                           .slot_bytes = RCCI_CIPC_SLOT_BYTES};
+    ck_assert_int_eq(rcci_cipc_hello_check(&h, "rank 2"), RCC_SUCCESS);
+    h.slot_bytes = 0;
+    ck_assert_int_eq(rcci_cipc_hello_check(&h, "rank 2"), RCC_ERR_REMOTE);
+    h.slot_bytes = 4096;
+    h.slots = RCCI_CIPC_SLOTS + 1;
+    ck_assert_int_eq(rcci_cipc_hello_check(&h, "rank 2"), RCC_ERR_REMOTE);
+    h.slots = RCCI_CIPC_SLOTS;
+    h.version = 99;
+    ck_assert_int_eq(rcci_cipc_hello_check(&h, "rank 2"), RCC_ERR_REMOTE);
+    ck_assert(strstr(rcci_tls_error(), "rank 2") != NULL);
+}
+END_TEST
+
+/* A child maps the parent's memory, writes into it, and keeps its mapping
+ * after the exporter's descriptor is gone; once the exporting process has
+ * died, opening its handle fails with PEER_LOST, never a crash. */
+START_TEST(shared_memory_across_processes)
+{
+    void *p;
+    rcci_ipcmem_handle_t h;
+    ck_assert_int_eq(rcci_ipcmem_create(12345, &p, &h), RCC_SUCCESS);
+    pid_t child = fork();
+    if (child == 0) {
+        void *q;
+        if (rcci_ipcmem_open(&h, &q) != RCC_SUCCESS)
+            _exit(1);
+        memset(q, 0x5a, 12345);
+        rcci_ipcmem_close(q, 12345);
+        _exit(0);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(child, &st, 0), child);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    for (size_t i = 0; i < 12345; i++)
+        ck_assert_uint_eq(((unsigned char *)p)[i], 0x5a);
+    rcci_ipcmem_free(p, &h);
+
+    /* A dead exporter. */
+    int pipefd[2];
+    ck_assert_int_eq(pipe(pipefd), 0);
+    child = fork();
+    if (child == 0) {
+        void *m;
+        rcci_ipcmem_handle_t hh;
+        if (rcci_ipcmem_create(4096, &m, &hh) != RCC_SUCCESS)
+            _exit(1);
+        if (write(pipefd[1], &hh, sizeof hh) != (ssize_t)sizeof hh)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    rcci_ipcmem_handle_t hh;
+    ck_assert_int_eq(read(pipefd[0], &hh, sizeof hh), (ssize_t)sizeof hh);
+    kill(child, SIGKILL);
+    waitpid(child, &st, 0);
+    void *q = NULL;
+    ck_assert_int_eq(rcci_ipcmem_open(&hh, &q), RCC_ERR_PEER_LOST);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    /* Not a handle at all. */
+    hh.magic = 0;
+    ck_assert_int_eq(rcci_ipcmem_open(&hh, &q), RCC_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
+static Suite *cipc_suite(void)
+{
+    Suite *s = suite_create("cudaipc protocol");
+    TCase *tc = tcase_create("slots");
+    tcase_add_test(tc, fragments_cover_the_message);
+    tcase_add_test(tc, counters_wrap);
+    tcase_add_test(tc, headers_are_checked);
+    tcase_add_test(tc, hellos_are_checked);
+    tcase_add_test(tc, shared_memory_across_processes);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+RCC_TEST_MAIN(cipc_suite)

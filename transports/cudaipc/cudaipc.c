@@ -1,0 +1,656 @@
+/*
+ * The cudaipc transport: processes of one host with GPUs move messages GPU
+ * to GPU through receive slots in the receiver's device memory, which the
+ * sender maps with CUDA IPC (slots.h: the protocol). Every GPU call goes
+ * through the device table (lib/devapi.h), so the stand-in device of the
+ * tests (tests/mp/fakedev.c) runs this file without a GPU.
+ *
+ * Each connection also holds a TCP connection of its own (the tcp
+ * transport's ops, on loopback): it proves the job secret, carries the
+ * hello that exchanges the IPC handles, failure notices, goodbyes and
+ * announcements, and its closing is how a dead peer is noticed (the shared
+ * memory itself says nothing when its other user dies). Data never goes
+ * over it.
+ *
+ * Per connection, a stream for copies into the peer's slots and one for
+ * copies out of this side's slots, so the two directions never wait on each
+ * other. A request is complete when the counter its last fragment's copy
+ * stores (slots.h) has passed it: the host reads counters, it never waits
+ * on the GPU.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RCCI_LOG_SUBSYS RCCI_SUBSYS_NET /* log.h: the subsystem of this file's lines */
+#include "clock.h"
+#include "devapi.h"
+#include "err.h"
+#include "log.h"
+#include "slots.h"
+#include "transport.h"
+
+extern const rcci_transport_t rcci_transport_tcp;
+#define CTRL (&rcci_transport_tcp)
+
+/* How long close waits for this side's copies to finish before it unmaps
+ * the peer's memory (a copy into unmapped memory would fault the GPU). */
+#define CIPC_DRAIN_NS (5ll * 1000000000)
+/* The control connection is looked at (a syscall) at most this often while
+ * a request makes no progress: that is how a dead peer shows. */
+#define CIPC_CTRL_EVERY_NS (200ll * 1000)
+
+_Static_assert(sizeof(((rcci_cipc_hello_t *)0)->page_handle) == RCCI_IPC_HANDLE_BYTES,
+               "hello handle size");
+
+typedef struct {
+    rcci_transport_env_t env;
+    const rcci_devapi_t *dev;
+    int device;
+    void *tcp; /* the tcp transport's context, for the control connections */
+} cipc_ctx_t;
+
+struct rcci_listener {
+    cipc_ctx_t *ctx;
+    rcci_listener_t *ctrl;
+};
+
+struct rcci_request {
+    struct rcci_conn *conn;
+    struct rcci_request *next;
+    char *buf;
+    size_t bytes;
+    rcci_tag_t tag;
+    int complete;
+    int is_send;
+    uint32_t nfrags, posted; /* fragments, and how many are queued on the GPU */
+    uint32_t first;          /* the connection's number of its first fragment */
+};
+
+#include "reqfifo.h" /* after struct rcci_request: its functions use it */
+
+struct rcci_conn {
+    cipc_ctx_t *ctx;
+    rcci_conn_t *ctrl;
+    rcc_result_t failed; /* sticky */
+    char failure[RCCI_ERR_TEXT_BYTES];
+    char peer[64], self[16];
+    int peer_rank;
+    /* Receive side: this process's slots and page, exported. */
+    rcci_cipc_page_t *rx_page;
+    char *rx_slots;
+    uint32_t rx_next; /* fragments whose copy out is queued */
+    void *rx_stream;
+    /* Send side: the peer's, mapped. */
+    rcci_cipc_page_t *tx_page;
+    char *tx_slots;
+    size_t tx_slot_bytes;
+    uint32_t tx_next; /* fragments whose copy in is queued */
+    void *tx_stream;
+    rcci_req_fifo_t sends, recvs;
+    int64_t ctrl_next_ns;
+    int announced; /* an announcement the drive took from the control connection */
+    rcci_tag_t announce_tag;
+    /* The hellos: sent at connect/accept, the peer's taken by the first
+     * drive that finds it (a ring's ranks all connect before they accept,
+     * so neither end may wait for the other's hello there). */
+    rcci_cipc_hello_t mine, theirs;
+    rcci_request_t *hello_sreq, *hello_rreq;
+    int hello_done;
+};
+
+/* ---- context ------------------------------------------------------------- */
+
+static rcc_result_t cipc_init(const rcci_transport_env_t *env, void **tctx)
+{
+    const rcci_devapi_t *dev = rcci_devapi();
+    char why[200] = "";
+    if (!dev)
+        return rcci_error(RCC_ERR_UNSUPPORTED, "this build has no CUDA (meson feature `cuda`)");
+    if (!dev->ipc_alloc || !dev->ipc_open)
+        return rcci_error(RCC_ERR_UNSUPPORTED, "the device table `%s` has no IPC", dev->name);
+    if (dev->device_count(why, sizeof why) <= 0)
+        return rcci_error(RCC_ERR_UNSUPPORTED, "no usable CUDA device (%s)", why);
+    cipc_ctx_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return rcci_error(RCC_ERR_NO_MEMORY, "cudaipc context");
+    ctx->env = *env;
+    ctx->dev = dev;
+    ctx->device = dev->current_device();
+    rcc_result_t res = CTRL->init(env, &ctx->tcp);
+    if (res != RCC_SUCCESS) {
+        free(ctx);
+        return res;
+    }
+    *tctx = ctx;
+    return RCC_SUCCESS;
+}
+
+static void cipc_fini(void *tctx)
+{
+    cipc_ctx_t *ctx = tctx;
+    if (!ctx)
+        return;
+    CTRL->fini(ctx->tcp);
+    free(ctx);
+}
+
+/* Same host, and both ranks have a GPU: device memory of one is reachable
+ * from the other by IPC. */
+static rcc_result_t cipc_can_connect(void *tctx, const rcci_peer_info_t *me,
+                                     const rcci_peer_info_t *peer, int *priority)
+{
+    (void)tctx;
+    if (me->host_hash != peer->host_hash)
+        return rcci_error(RCC_ERR_UNSUPPORTED, "rank %d is on another host", peer->rank);
+    if (me->cuda_device < 0 || peer->cuda_device < 0)
+        return rcci_error(RCC_ERR_UNSUPPORTED, "rank %d has no GPU",
+                          me->cuda_device < 0 ? me->rank : peer->rank);
+    *priority = 10;
+    return RCC_SUCCESS;
+}
+
+/* ---- listening --------------------------------------------------------- */
+
+static rcc_result_t cipc_listen(void *tctx, void *handle, rcci_listener_t **out)
+{
+    cipc_ctx_t *ctx = tctx;
+    rcci_listener_t *l = calloc(1, sizeof *l);
+    if (!l)
+        return rcci_error(RCC_ERR_NO_MEMORY, "cudaipc listener");
+    l->ctx = ctx;
+    rcc_result_t res = CTRL->listen(ctx->tcp, handle, &l->ctrl);
+    if (res != RCC_SUCCESS) {
+        free(l);
+        return res;
+    }
+    *out = l;
+    return RCC_SUCCESS;
+}
+
+static void cipc_close_listener(rcci_listener_t *l)
+{
+    if (!l)
+        return;
+    CTRL->close_listener(l->ctrl);
+    free(l);
+}
+
+static void cipc_sweep_listener(rcci_listener_t *l) { CTRL->sweep_listener(l->ctrl); }
+
+/* ---- connections ------------------------------------------------------- */
+
+/* Waits for a queued copy to finish, within CIPC_DRAIN_NS; 0 when it did not. */
+static int cipc_drain(const rcci_devapi_t *dev, void *stream)
+{
+    void *ev = NULL;
+    int done = 0;
+    if (!stream || dev->event_create(&ev) != RCC_SUCCESS)
+        return 1;
+    if (dev->event_record(ev, stream) == RCC_SUCCESS) {
+        int64_t deadline = rcci_now_ns() + CIPC_DRAIN_NS;
+        while (!done && rcci_now_ns() < deadline && dev->event_query(ev, &done) == RCC_SUCCESS)
+            if (!done)
+                usleep(50);
+    }
+    dev->event_destroy(ev);
+    return done;
+}
+
+static void cipc_free_conn(rcci_conn_t *c)
+{
+    const rcci_devapi_t *dev = c->ctx->dev;
+    c->ctx->dev->use_device(c->ctx->device);
+    int drained = cipc_drain(dev, c->tx_stream) & cipc_drain(dev, c->rx_stream);
+    if (!drained) /* leaking the mappings beats a GPU fault */
+        RCC_WARN("cudaipc: copies to/from %s still running after %.0f s; its memory stays mapped",
+                 c->peer, CIPC_DRAIN_NS / 1e9);
+    while (c->sends.head)
+        free(rcci_req_fifo_pop(&c->sends));
+    while (c->recvs.head)
+        free(rcci_req_fifo_pop(&c->recvs));
+    if (drained) {
+        if (c->tx_page)
+            dev->ipc_close(c->tx_page);
+        if (c->tx_slots)
+            dev->ipc_close(c->tx_slots);
+        if (c->rx_page)
+            dev->ipc_free(c->rx_page);
+        if (c->rx_slots)
+            dev->ipc_free(c->rx_slots);
+        if (c->tx_stream)
+            dev->stream_destroy(c->tx_stream);
+        if (c->rx_stream)
+            dev->stream_destroy(c->rx_stream);
+    }
+    if (c->ctrl)
+        CTRL->close(c->ctrl);
+    free(c);
+}
+
+/* After the control connection is up: exports this side's receive slots
+ * and sends the hello; the peer's is taken later (cipc_hello). */
+static rcc_result_t cipc_setup(cipc_ctx_t *ctx, rcci_conn_t *ctrl, int peer_rank, int64_t deadline,
+                               rcci_conn_t **out)
+{
+    const rcci_devapi_t *dev = ctx->dev;
+    rcci_conn_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        CTRL->close(ctrl);
+        return rcci_error(RCC_ERR_NO_MEMORY, "cudaipc connection");
+    }
+    c->ctx = ctx;
+    c->ctrl = ctrl;
+    c->peer_rank = peer_rank;
+    snprintf(c->self, sizeof c->self, "rank %d", ctx->env.rank);
+    snprintf(c->peer, sizeof c->peer, "rank %d (cudaipc)", peer_rank);
+    c->mine = (rcci_cipc_hello_t){.magic = RCCI_CIPC_HELLO_MAGIC,
+                                  .version = RCCI_CIPC_VERSION,
+                                  .slots = RCCI_CIPC_SLOTS,
+                                  .slot_bytes = RCCI_CIPC_SLOT_BYTES,
+                                  .device = ctx->device,
+                                  .pid = (int32_t)getpid(),
+                                  .rank = ctx->env.rank};
+    rcci_tag_t tag = {.seq = 0};
+    void *p;
+    rcc_result_t res = dev->use_device(ctx->device);
+    if (res == RCC_SUCCESS && (res = dev->stream_create(&c->tx_stream)) == RCC_SUCCESS)
+        res = dev->stream_create(&c->rx_stream);
+    if (res == RCC_SUCCESS &&
+        (res = dev->ipc_alloc(&p, sizeof(rcci_cipc_page_t), 1, c->mine.page_handle)) == RCC_SUCCESS)
+        c->rx_page = p;
+    if (res == RCC_SUCCESS &&
+        (res = dev->ipc_alloc(&p, (size_t)RCCI_CIPC_SLOTS * RCCI_CIPC_SLOT_BYTES, 0,
+                              c->mine.slots_handle)) == RCC_SUCCESS)
+        c->rx_slots = p;
+    if (res == RCC_SUCCESS)
+        res = CTRL->isend(ctrl, &c->mine, sizeof c->mine, &tag, NULL, &c->hello_sreq);
+    /* The hello leaves now (the kernel's socket buffer takes it: no wait
+     * for the peer), ahead of any announcement or notice on the connection. */
+    for (int done = 0; res == RCC_SUCCESS && !done;) {
+        res = CTRL->test(c->hello_sreq, &done);
+        if (res == RCC_SUCCESS && !done && rcci_now_ns() > deadline)
+            res = rcci_error(RCC_ERR_TIMEOUT, "sending the cudaipc hello");
+        if (res == RCC_SUCCESS && !done)
+            usleep(100);
+    }
+    c->hello_sreq = NULL; /* freed by test, or by close */
+    if (res == RCC_SUCCESS)
+        res = CTRL->irecv(ctrl, &c->theirs, sizeof c->theirs, &tag, NULL, &c->hello_rreq);
+    if (res != RCC_SUCCESS) {
+        rcci_error_prefix("cudaipc connection with rank %d: ", peer_rank);
+        cipc_free_conn(c); /* also the control requests still queued */
+        return res;
+    }
+    *out = c;
+    return RCC_SUCCESS;
+}
+
+/* Takes the peer's hello once it is there and maps its receive side: until
+ * then (*ready 0) nothing can be sent. */
+static rcc_result_t cipc_hello(rcci_conn_t *c, int *ready)
+{
+    const rcci_devapi_t *dev = c->ctx->dev;
+    int done = 1;
+    *ready = c->hello_done;
+    if (c->hello_done)
+        return RCC_SUCCESS;
+    rcc_result_t res = RCC_SUCCESS;
+    if (c->hello_sreq && (res = CTRL->test(c->hello_sreq, &done)) == RCC_SUCCESS && done)
+        c->hello_sreq = NULL;
+    if (res != RCC_SUCCESS) {
+        c->hello_sreq = NULL;
+        return res;
+    }
+    if (c->hello_rreq && (res = CTRL->test(c->hello_rreq, &done)) == RCC_SUCCESS && done)
+        c->hello_rreq = NULL;
+    if (res != RCC_SUCCESS) {
+        c->hello_rreq = NULL;
+        return res;
+    }
+    if (c->hello_rreq || c->hello_sreq)
+        return RCC_SUCCESS;
+    const rcci_cipc_hello_t *h = &c->theirs;
+    void *p;
+    res = rcci_cipc_hello_check(h, c->peer);
+    if (res == RCC_SUCCESS && h->rank != c->peer_rank && c->peer_rank >= 0)
+        res = rcci_error(RCC_ERR_REMOTE, "%s says it is rank %d", c->peer, (int)h->rank);
+    if (res != RCC_SUCCESS)
+        return res;
+    c->peer_rank = h->rank;
+    snprintf(c->peer, sizeof c->peer, "rank %d (cudaipc, pid %d, GPU %d)", (int)h->rank,
+             (int)h->pid, (int)h->device);
+    c->tx_slot_bytes = h->slot_bytes;
+    if ((res = dev->ipc_open(h->page_handle, &p)) == RCC_SUCCESS)
+        c->tx_page = p;
+    if (res == RCC_SUCCESS && (res = dev->ipc_open(h->slots_handle, &p)) == RCC_SUCCESS)
+        c->tx_slots = p;
+    if (res != RCC_SUCCESS)
+        return res;
+    RCC_INFO("cudaipc: connected to %s, device memory of GPU %d to GPU %d", c->peer, c->ctx->device,
+             (int)h->device);
+    c->hello_done = *ready = 1;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t cipc_connect(void *tctx, const void *handle, uint32_t tag, int64_t deadline_ns,
+                                 rcci_conn_t **out)
+{
+    cipc_ctx_t *ctx = tctx;
+    rcci_conn_t *ctrl;
+    rcc_result_t res = CTRL->connect(ctx->tcp, handle, tag, deadline_ns, &ctrl);
+    return res == RCC_SUCCESS ? cipc_setup(ctx, ctrl, -1, deadline_ns, out) : res;
+}
+
+static rcc_result_t cipc_accept(rcci_listener_t *l, int peer_rank, uint32_t tag,
+                                int64_t deadline_ns, rcci_conn_t **out)
+{
+    rcci_conn_t *ctrl;
+    rcc_result_t res = CTRL->accept(l->ctrl, peer_rank, tag, deadline_ns, &ctrl);
+    return res == RCC_SUCCESS ? cipc_setup(l->ctx, ctrl, peer_rank, deadline_ns, out) : res;
+}
+
+static void cipc_close(rcci_conn_t *c)
+{
+    if (c)
+        cipc_free_conn(c);
+}
+
+static rcc_result_t cipc_reg_mem(void *tctx, void *ptr, size_t bytes, rcci_mem_type_t type,
+                                 rcci_mr_t **mr)
+{
+    (void)tctx, (void)ptr, (void)bytes, (void)type;
+    *mr = NULL; /* any memory the device can copy from or to will do */
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t cipc_dereg_mem(void *tctx, rcci_mr_t *mr)
+{
+    (void)tctx, (void)mr;
+    return RCC_SUCCESS;
+}
+
+/* ---- moving data ------------------------------------------------------- */
+
+static rcc_result_t cipc_fail(rcci_conn_t *c, rcc_result_t res)
+{
+    if (c->failed == RCC_SUCCESS) {
+        c->failed = res;
+        snprintf(c->failure, sizeof c->failure, "%s", rcci_tls_error());
+    }
+    return res;
+}
+
+static rcc_result_t cipc_failed(rcci_conn_t *c) { return rcci_error(c->failed, "%s", c->failure); }
+
+/* Queues the copies of the sends' fragments while the peer has free slots. */
+static rcc_result_t cipc_drive_sends(rcci_conn_t *c, int *moved)
+{
+    const rcci_devapi_t *dev = c->ctx->dev;
+    for (rcci_request_t *r = c->sends.head; r; r = r->next) {
+        if (r->nfrags == 0)
+            r->nfrags = rcci_cipc_frags(r->bytes, c->tx_slot_bytes);
+        if (r->posted == r->nfrags)
+            continue;
+        while (r->posted < r->nfrags) {
+            uint32_t tail = __atomic_load_n(&c->tx_page->tail, __ATOMIC_ACQUIRE);
+            if (!rcci_cipc_slot_free(c->tx_next, tail))
+                return RCC_SUCCESS;
+            uint32_t slot = c->tx_next % RCCI_CIPC_SLOTS;
+            uint64_t off;
+            size_t len;
+            rcci_cipc_frag_span(r->bytes, c->tx_slot_bytes, r->posted, &off, &len);
+            rcci_cipc_hdr_t *h = &c->tx_page->hdr[slot];
+            h->seq = r->tag.seq;
+            h->frag = r->posted;
+            h->bytes = r->bytes;
+            memcpy(h->sig, r->tag.sig, RCCI_SIG_BYTES);
+            __atomic_thread_fence(__ATOMIC_RELEASE); /* the header before the counter */
+            rcc_result_t res = RCC_SUCCESS;
+            if (len)
+                res = dev->copy(c->tx_slots + (size_t)slot * c->tx_slot_bytes, r->buf + off, len,
+                                c->tx_stream);
+            if (res == RCC_SUCCESS)
+                res = dev->write_flag(c->tx_stream, &c->tx_page->head, c->tx_next + 1);
+            if (res != RCC_SUCCESS)
+                return cipc_fail(c, res);
+            if (r->posted == 0)
+                r->first = c->tx_next;
+            r->posted++;
+            c->tx_next++;
+            *moved = 1;
+        }
+        if (r->posted < r->nfrags)
+            break; /* messages leave in order */
+    }
+    return RCC_SUCCESS;
+}
+
+/* Queues the copies out of the slots for the receives whose fragments have
+ * arrived, checking each fragment's header against the receive. */
+static rcc_result_t cipc_drive_recvs(rcci_conn_t *c, int *moved)
+{
+    const rcci_devapi_t *dev = c->ctx->dev;
+    for (rcci_request_t *r = c->recvs.head; r; r = r->next) {
+        while (r->posted < r->nfrags) {
+            uint32_t head = __atomic_load_n(&c->rx_page->head, __ATOMIC_ACQUIRE);
+            if (!rcci_cipc_passed(head, c->rx_next))
+                return RCC_SUCCESS;
+            uint32_t slot = c->rx_next % RCCI_CIPC_SLOTS;
+            rcci_cipc_hdr_t h = c->rx_page->hdr[slot];
+            rcc_result_t res = rcci_cipc_check(&h, &r->tag, r->bytes, r->posted, c->peer, c->self,
+                                               c->ctx->env.describe_sig);
+            if (res != RCC_SUCCESS)
+                return cipc_fail(c, res);
+            uint64_t off;
+            size_t len;
+            rcci_cipc_frag_span(r->bytes, RCCI_CIPC_SLOT_BYTES, r->posted, &off, &len);
+            if (len)
+                res = dev->copy(r->buf + off, c->rx_slots + (size_t)slot * RCCI_CIPC_SLOT_BYTES,
+                                len, c->rx_stream);
+            if (res == RCC_SUCCESS)
+                res = dev->write_flag(c->rx_stream, &c->rx_page->tail, c->rx_next + 1);
+            if (res != RCC_SUCCESS)
+                return cipc_fail(c, res);
+            if (r->posted == 0)
+                r->first = c->rx_next;
+            r->posted++;
+            c->rx_next++;
+            *moved = 1;
+        }
+    }
+    return RCC_SUCCESS;
+}
+
+/* Marks complete the requests whose last fragment's copy has finished
+ * (the counter its stream stores has passed it), in order. */
+static void cipc_retire(rcci_conn_t *c, int *moved)
+{
+    for (rcci_request_t *r = c->sends.head; r && r->nfrags && r->posted == r->nfrags; r = r->next) {
+        if (!r->complete && !rcci_cipc_passed(__atomic_load_n(&c->tx_page->head, __ATOMIC_ACQUIRE),
+                                              r->first + r->nfrags - 1))
+            break;
+        *moved |= !r->complete;
+        r->complete = 1;
+    }
+    for (rcci_request_t *r = c->recvs.head; r && r->posted == r->nfrags; r = r->next) {
+        if (!r->complete && !rcci_cipc_passed(__atomic_load_n(&c->rx_page->tail, __ATOMIC_ACQUIRE),
+                                              r->first + r->nfrags - 1))
+            break;
+        *moved |= !r->complete;
+        r->complete = 1;
+    }
+    /* Completed requests leave the queues here; test frees them. */
+    while (c->sends.head && c->sends.head->complete)
+        rcci_req_fifo_pop(&c->sends);
+    while (c->recvs.head && c->recvs.head->complete)
+        rcci_req_fifo_pop(&c->recvs);
+}
+
+/* The control connection, without waiting: a notice, a goodbye or a close
+ * fails the connection with its text; an announcement is kept for peek. */
+static rcc_result_t cipc_look_at_ctrl(rcci_conn_t *c)
+{
+    rcci_tag_t tag;
+    int found = RCCI_PEEK_NONE;
+    rcc_result_t res = CTRL->peek(c->ctrl, &tag, &found);
+    if (res == RCC_SUCCESS && found == RCCI_PEEK_ANNOUNCE) {
+        c->announced = 1;
+        c->announce_tag = tag;
+    }
+    return res == RCC_SUCCESS ? RCC_SUCCESS : cipc_fail(c, res);
+}
+
+static rcc_result_t cipc_drive(rcci_conn_t *c)
+{
+    if (c->failed != RCC_SUCCESS)
+        return cipc_failed(c);
+    int moved = 0, ready = 0;
+    rcc_result_t res = c->ctx->dev->use_device(c->ctx->device);
+    if (res == RCC_SUCCESS)
+        res = cipc_hello(c, &ready);
+    if (res == RCC_SUCCESS && ready)
+        res = cipc_drive_sends(c, &moved);
+    if (res == RCC_SUCCESS)
+        res = cipc_drive_recvs(c, &moved);
+    if (res != RCC_SUCCESS)
+        return cipc_fail(c, res);
+    cipc_retire(c, &moved);
+    /* Only what waits for the peer (a fragment to arrive, a slot to free)
+     * looks at the control connection: a message that has arrived whole is
+     * delivered even when its sender has gone since. */
+    int waits = 0;
+    for (rcci_request_t *r = c->sends.head; r && !waits; r = r->next)
+        waits = r->nfrags == 0 || r->posted < r->nfrags; /* 0: not started */
+    for (rcci_request_t *r = c->recvs.head; r && !waits; r = r->next)
+        waits = r->posted < r->nfrags;
+    int64_t now = rcci_now_ns();
+    if (!moved && waits && now >= c->ctrl_next_ns) {
+        c->ctrl_next_ns = now + CIPC_CTRL_EVERY_NS;
+        return cipc_look_at_ctrl(c);
+    }
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t cipc_post(rcci_conn_t *c, int is_send, const void *buf, size_t bytes,
+                              const rcci_tag_t *tag, rcci_request_t **out)
+{
+    if (c->failed != RCC_SUCCESS)
+        return cipc_failed(c);
+    rcci_request_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return rcci_error(RCC_ERR_NO_MEMORY, "cudaipc request");
+    r->conn = c;
+    r->buf = (char *)buf;
+    r->bytes = bytes;
+    r->tag = *tag;
+    r->is_send = is_send;
+    /* A send's fragments are cut when it starts: the peer's slot size may
+     * not be known yet (its hello). */
+    r->nfrags = is_send ? 0 : rcci_cipc_frags(bytes, RCCI_CIPC_SLOT_BYTES);
+    rcci_req_fifo_push(is_send ? &c->sends : &c->recvs, r);
+    *out = r;
+    cipc_drive(c); /* a failure stays on the connection for test */
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t cipc_isend(rcci_conn_t *c, const void *buf, size_t bytes, const rcci_tag_t *tag,
+                               rcci_mr_t *mr, rcci_request_t **req)
+{
+    (void)mr;
+    return cipc_post(c, 1, buf, bytes, tag, req);
+}
+
+static rcc_result_t cipc_irecv(rcci_conn_t *c, void *buf, size_t bytes, const rcci_tag_t *tag,
+                               rcci_mr_t *mr, rcci_request_t **req)
+{
+    (void)mr;
+    return cipc_post(c, 0, buf, bytes, tag, req);
+}
+
+static rcc_result_t cipc_test(rcci_request_t *r, int *done)
+{
+    rcci_conn_t *c = r->conn;
+    rcc_result_t res = r->complete ? RCC_SUCCESS : cipc_drive(c);
+    return rcci_req_finish(&c->sends, &c->recvs, r, res, done);
+}
+
+static int cipc_wait_fd(rcci_conn_t *c) { return CTRL->wait_fd(c->ctrl); }
+
+static rcc_result_t cipc_probe(rcci_conn_t *c)
+{
+    int ready;
+    if (c->failed != RCC_SUCCESS)
+        return cipc_failed(c);
+    rcc_result_t res = cipc_hello(c, &ready);
+    if (res == RCC_SUCCESS)
+        res = CTRL->probe(c->ctrl);
+    return res == RCC_SUCCESS ? RCC_SUCCESS : cipc_fail(c, res);
+}
+
+/* Announcements and notices come from the control connection; data waiting
+ * is the first fragment past those the posted receives cover. */
+static rcc_result_t cipc_peek(rcci_conn_t *c, rcci_tag_t *tag, int *found)
+{
+    *found = RCCI_PEEK_NONE;
+    int ready;
+    /* The hellos first: the control connection's one data message, ahead
+     * of any notice or announcement on it. */
+    rcc_result_t res = c->failed != RCC_SUCCESS ? RCC_SUCCESS : cipc_hello(c, &ready);
+    if (res != RCC_SUCCESS)
+        cipc_fail(c, res);
+    if (c->announced) {
+        c->announced = 0;
+        *tag = c->announce_tag;
+        *found = RCCI_PEEK_ANNOUNCE;
+        return RCC_SUCCESS;
+    }
+    res = CTRL->peek(c->ctrl, tag, found);
+    if (res != RCC_SUCCESS || *found != RCCI_PEEK_NONE)
+        return res;
+    uint32_t next = c->rx_next;
+    for (rcci_request_t *r = c->recvs.head; r; r = r->next)
+        next += r->nfrags - r->posted;
+    if (rcci_cipc_passed(__atomic_load_n(&c->rx_page->head, __ATOMIC_ACQUIRE), next)) {
+        const rcci_cipc_hdr_t *h = &c->rx_page->hdr[next % RCCI_CIPC_SLOTS];
+        tag->seq = h->seq;
+        memcpy(tag->sig, h->sig, RCCI_SIG_BYTES);
+        *found = RCCI_PEEK_DATA;
+    }
+    return RCC_SUCCESS;
+}
+
+static void cipc_notify(rcci_conn_t *c, rcc_result_t res, const char *text)
+{
+    CTRL->notify(c->ctrl, res, text);
+}
+
+static void cipc_announce(rcci_conn_t *c, const rcci_tag_t *tag) { CTRL->announce(c->ctrl, tag); }
+
+const rcci_transport_t rcci_transport_cudaipc = {
+    .abi = RCCI_TRANSPORT_ABI,
+    .size = sizeof(rcci_transport_t),
+    .name = "cudaipc",
+    .caps = RCCI_CAP_DEVICE_MEM | RCCI_CAP_SAME_HOST,
+    .init = cipc_init,
+    .fini = cipc_fini,
+    .can_connect = cipc_can_connect,
+    .listen = cipc_listen,
+    .connect = cipc_connect,
+    .accept = cipc_accept,
+    .close_listener = cipc_close_listener,
+    .reg_mem = cipc_reg_mem,
+    .dereg_mem = cipc_dereg_mem,
+    .isend = cipc_isend,
+    .irecv = cipc_irecv,
+    .test = cipc_test,
+    .write = rcci_transport_unsupported_write,
+    .wait_fd = cipc_wait_fd,
+    .close = cipc_close,
+    .probe = cipc_probe,
+    .peek = cipc_peek,
+    .notify = cipc_notify,
+    .announce = cipc_announce,
+    .sweep_listener = cipc_sweep_listener,
+};
