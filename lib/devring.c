@@ -11,7 +11,9 @@
  * reached its first device collective would wait for a neighbour still in
  * host work). It costs a CUDA context and 2 x 8 x 2 MiB of device memory
  * per edge, only on ranks that have a GPU and a same-host neighbour with
- * one, and RCC_TRANSPORT=tcp (or ibverbs) turns it off.
+ * one, and RCC_TRANSPORT=tcp (or ibverbs) turns it off. Where a rank
+ * cannot map its neighbour's memory, found out before any connection,
+ * every rank goes without it (devring_probe).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@
 
 #include "clock.h"
 #include "comm.h"
+#include "devapi.h"
 #include "log.h"
 #include "params.h"
 
@@ -133,6 +136,86 @@ static rcc_result_t devring_first_message(struct rcc_comm *comm, int64_t deadlin
     return res;
 }
 
+/* Before any connection, every rank of a device edge tries what the
+ * transport will need: the receiver exports a small block of device memory
+ * and one of device-mapped host memory, the sender maps and unmaps both.
+ * That is what fails where GPUs cannot reach each other's memory (no peer
+ * access) or processes cannot open each other's (no shared IPC namespace,
+ * /proc closed). Every rank's answer goes round through the bootstrap, so
+ * all ranks agree: where any edge cannot be made, no rank makes the device
+ * ring (*made = 0, `why` says which rank could not and why), and device
+ * buffers are staged through host memory as without one. */
+#define DEVRING_PROBE_BYTES 4096
+
+typedef struct {
+    uint32_t failed;
+    char why[156];
+} devring_probe_t;
+
+static int devring_handle_empty(const char *h)
+{
+    for (size_t i = 0; i < RCCI_IPC_HANDLE_BYTES; i++)
+        if (h[i])
+            return 0;
+    return 1;
+}
+
+static rcc_result_t devring_probe(struct rcc_comm *comm, int send_tr, int recv_tr, int *made,
+                                  char *why, size_t why_size)
+{
+    const rcci_devapi_t *dev = rcci_devapi();
+    int n = comm->nranks, next = (comm->rank + 1) % n;
+    size_t block = 2 * RCCI_IPC_HANDLE_BYTES;
+    char *handles = calloc((size_t)n, block);
+    devring_probe_t *answers = calloc((size_t)n, sizeof *answers);
+    void *mine[2] = {NULL, NULL};
+    devring_probe_t me = {0};
+    rcc_result_t res = RCC_SUCCESS;
+    if (!handles || !answers)
+        RCC_FAIL(RCC_ERR_NO_MEMORY, "device ring probe of %d ranks", n);
+    for (int k = 0; k < 2 && recv_tr >= 0 && !me.failed; k++) {
+        char *h = handles + (size_t)comm->rank * block + (size_t)k * RCCI_IPC_HANDLE_BYTES;
+        if (!dev || !dev->ipc_alloc ||
+            dev->ipc_alloc(&mine[k], DEVRING_PROBE_BYTES, k, h) != RCC_SUCCESS) {
+            me.failed = 1;
+            snprintf(me.why, sizeof me.why, "rank %d cannot export %s memory: %s", comm->rank,
+                     k ? "device-mapped host" : "device", dev ? rcci_tls_error() : "no GPU API");
+        }
+    }
+    RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, handles, block));
+    for (int k = 0; k < 2 && send_tr >= 0 && !me.failed; k++) {
+        const char *h = handles + (size_t)next * block + (size_t)k * RCCI_IPC_HANDLE_BYTES;
+        void *p = NULL;
+        if (devring_handle_empty(h))
+            break; /* the receiver could not export it: its answer says why */
+        if (!dev || !dev->ipc_open || dev->ipc_open(h, &p) != RCC_SUCCESS) {
+            me.failed = 1;
+            snprintf(me.why, sizeof me.why, "rank %d cannot map rank %d's %s memory: %s",
+                     comm->rank, next, k ? "device-mapped host" : "device",
+                     dev ? rcci_tls_error() : "no GPU API");
+        } else {
+            dev->ipc_close(p);
+        }
+    }
+    answers[comm->rank] = me;
+    RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, answers, sizeof *answers));
+    *made = 1;
+    for (int r = 0; r < n && *made; r++) {
+        if (answers[r].failed) {
+            *made = 0;
+            answers[r].why[sizeof answers[r].why - 1] = '\0';
+            snprintf(why, why_size, "%s", answers[r].why);
+        }
+    }
+out:
+    for (int k = 0; k < 2; k++) /* after the second round: the sender has unmapped it */
+        if (mine[k])
+            dev->ipc_free(mine[k]);
+    free(handles);
+    free(answers);
+    return res;
+}
+
 rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t *info,
                                   const uint32_t *transports)
 {
@@ -151,6 +234,16 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
         send_tr = -1;
     if (!devring_edge(comm, info, transports, prev, &recv_tr, recv_why, sizeof recv_why))
         recv_tr = -1;
+    int made = 0;
+    res = devring_probe(comm, send_tr, recv_tr, &made, why, sizeof why);
+    if (res != RCC_SUCCESS)
+        return res;
+    if (!made) {
+        RCC_WARN("device ring: not made, %s; device buffers are staged through host memory on "
+                 "every rank",
+                 why);
+        return RCC_SUCCESS;
+    }
     rcci_listener_t *listener = NULL;
     char *handles = calloc((size_t)n, RCCI_HANDLE_BYTES);
     int64_t deadline = rcci_now_ns() + comm->timeout_ns;

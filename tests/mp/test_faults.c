@@ -123,13 +123,8 @@ static int rank_fault(int rank, int n, void *arg)
     if (f->stop && area->victim_pid && rank == (f->victim + 1) % n)
         kill(area->victim_pid, SIGKILL); /* the harness would, at its deadline */
     if (f->stop) {
-        char log[8192] = "";
-        FILE *in = fopen(log_path, "r");
-        size_t got = in ? fread(log, 1, sizeof log - 1, in) : 0;
-        log[got] = '\0';
-        if (in)
-            fclose(in);
-        remove(log_path);
+        char log[8192];
+        td_take_file(log_path, log, sizeof log);
         dup2(saved_stderr, 2);
         close(saved_stderr);
         const char *warn = strstr(log, "stalled: ");

@@ -232,3 +232,13 @@ double td_now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
+
+void td_take_file(const char *path, char *buf, size_t size)
+{
+    FILE *in = fopen(path, "r");
+    size_t got = in ? fread(buf, 1, size - 1, in) : 0;
+    buf[got] = '\0';
+    if (in)
+        fclose(in);
+    remove(path);
+}

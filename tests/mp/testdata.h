@@ -55,6 +55,10 @@ char *td_galloc(size_t bytes);
 int td_guards_intact(const char *p, size_t bytes);
 void td_gfree(char *p);
 
+/* Reads up to size - 1 bytes of the file at `path` into buf, NUL-terminated
+ * (empty when it cannot be read), and removes the file: a rank's log. */
+void td_take_file(const char *path, char *buf, size_t size);
+
 /* A malloc'd copy of `bytes` bytes at p (at least one byte allocated);
  * aborts when out of memory. */
 char *td_dup_bytes(const char *p, size_t bytes);
