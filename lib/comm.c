@@ -122,7 +122,11 @@ static rcc_result_t comm_read_config(struct rcc_comm *comm, const rcc_config_t *
                           "RCC_ALGO='%s' is not an algorithm: use auto, ring, rabenseifner, rd or "
                           "direct",
                           algo);
-    return rcci_config_check(config, &comm->timeout_ns, &comm->chunk_bytes);
+    rcc_result_t res = rcci_config_check(config, &comm->timeout_ns, &comm->chunk_bytes);
+    /* Slots lie chunk_bytes apart: a multiple of 64 keeps every slot aligned
+     * for any element type and for vector loads, on the host and the GPU. */
+    comm->chunk_bytes &= ~(size_t)63;
+    return res;
 }
 
 rcc_result_t rcci_config_check(const rcc_config_t *config, int64_t *timeout_ns, size_t *chunk_bytes)

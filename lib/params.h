@@ -28,7 +28,8 @@
       "seconds an operation may wait before a warning names the peers it waits for (repeated "     \
       "at that interval); 0: never")                                                               \
     X(CHUNK_BYTES, INT, "256K", 4096, 1073741824,                                                  \
-      "pipeline chunk size: the unit that flows around the ring")                                  \
+      "pipeline chunk size: the unit that flows around the ring (rounded down to a multiple of "  \
+      "64 bytes)")                                                                                 \
     X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \
     X(NSOCKS, INT, "2", 1, 8,                                                                      \
       "connections (TCP sockets) per ring edge; the chunks of operations of RCC_NSOCKS_MIN_BYTES " \
