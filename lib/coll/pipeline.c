@@ -310,10 +310,7 @@ static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int
     const rcci_link_t *rl = x->rl;
     size_t slots = (size_t)comm->slots, esize = x->sched.esize;
     const rcci_op_t *op = x->op;
-    /* Finished sends first: their slots may take what lands below. */
-    rcc_result_t res = pipe_reap(comm, x, 1, progressed);
-    if (res != RCC_SUCCESS)
-        return res;
+    rcc_result_t res;
     while (x->recv_done < x->recv_landed) { /* device work finished */
         rcci_recv_step_t step;
         int ready;
@@ -391,9 +388,7 @@ static rcc_result_t pipe_sends_device(struct rcc_comm *comm, rcci_exec_t *x, int
 {
     const rcci_link_t *sl = x->sl;
     size_t slots = (size_t)comm->slots, esize = x->sched.esize;
-    rcc_result_t res = pipe_reap(comm, x, 1, progressed); /* send_done up to send_posted */
-    if (res != RCC_SUCCESS)
-        return res;
+    rcc_result_t res;
     while (x->send_posted < x->send_staged) { /* in its slot: onto the wire */
         rcci_send_step_t step;
         int ready;
@@ -452,7 +447,11 @@ static rcc_result_t pipe_advance_device(struct rcc_comm *comm, rcci_exec_t *x, i
         if (res != RCC_SUCCESS)
             return res;
     }
-    rcc_result_t res = pipe_recvs_device(comm, x, progressed);
+    /* Finished sends first (send_done up to send_posted): their slots may
+     * take a reduction that lands below, and their output areas receives. */
+    rcc_result_t res = pipe_reap(comm, x, 1, progressed);
+    if (res == RCC_SUCCESS)
+        res = pipe_recvs_device(comm, x, progressed);
     if (res == RCC_SUCCESS)
         res = pipe_sends_device(comm, x, progressed);
     if (x->recv_landed > x->recv_done || x->send_staged > x->send_posted || x->rdirect ||
