@@ -104,7 +104,18 @@ typedef struct {
     int32_t nsocks;           /* RCC_NSOCKS: both ends of an edge must make as many */
     int32_t cuda_device;      /* -1: this rank has no GPU (rcci_peer_info_t) */
     int64_t nsocks_min_bytes; /* RCC_NSOCKS_MIN_BYTES: and deal chunks alike */
+    int64_t dev_chunk_bytes;  /* RCC_DEVICE_CHUNK_BYTES: device ring chunks cut alike */
 } comm_peer_t;
+
+/* A setting every rank must share (both ends of an edge act on it). */
+static rcc_result_t comm_alike(const char *name, int64_t theirs, int64_t mine, int rank, int me)
+{
+    if (theirs == mine)
+        return RCC_SUCCESS;
+    return rcci_error(RCC_ERR_INVALID_USAGE,
+                      "%s is %lld on rank %d but %lld here (rank %d): set it alike everywhere",
+                      name, (long long)theirs, rank, (long long)mine, me);
+}
 
 /* Connection tags of a ring edge's connections: the first is tag 0, the
  * others stay clear of the point-to-point lanes' small tags. */
@@ -114,6 +125,7 @@ static rcc_result_t comm_read_config(struct rcc_comm *comm, const rcc_config_t *
 {
     comm->timeout_ns = rcci_param_int(RCCI_PARAM_TIMEOUT) * 1000000000ll;
     comm->chunk_bytes = (size_t)rcci_param_int(RCCI_PARAM_CHUNK_BYTES);
+    comm->dev_chunk_bytes = (size_t)rcci_param_int(RCCI_PARAM_DEVICE_CHUNK_BYTES) & ~(size_t)63;
     comm->slots = (int)rcci_param_int(RCCI_PARAM_SLOTS);
     const char *algo = rcci_param_str(RCCI_PARAM_ALGO);
     comm->algo_forced = rcci_allreduce_algo_named(algo, &comm->algo);
@@ -211,6 +223,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     me->host_hash = comm_host_hash();
     me->nsocks = (int32_t)rcci_param_int(RCCI_PARAM_NSOCKS);
     me->nsocks_min_bytes = rcci_param_int(RCCI_PARAM_NSOCKS_MIN_BYTES);
+    me->dev_chunk_bytes = (int64_t)comm->dev_chunk_bytes;
     /* A GPU here: device buffers may then move GPU to GPU (devring.c). */
     me->cuda_device = rcci_stream_usable() ? rcci_devapi()->current_device() : -1;
     /* A transport that cannot start here is no failure of the communicator:
@@ -249,16 +262,11 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
                  *only ? ")" : "");
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, peers, sizeof *peers));
     for (int r = 0; r < comm->nranks; r++) {
-        if (peers[r].nsocks != me->nsocks)
-            RCC_FAIL(RCC_ERR_INVALID_USAGE,
-                     "RCC_NSOCKS is %d on rank %d but %d here (rank %d): set it alike everywhere",
-                     (int)peers[r].nsocks, r, (int)me->nsocks, comm->rank);
-        if (peers[r].nsocks_min_bytes != me->nsocks_min_bytes)
-            RCC_FAIL(RCC_ERR_INVALID_USAGE,
-                     "RCC_NSOCKS_MIN_BYTES is %lld on rank %d but %lld here (rank %d): set it "
-                     "alike everywhere",
-                     (long long)peers[r].nsocks_min_bytes, r, (long long)me->nsocks_min_bytes,
-                     comm->rank);
+        RCC_CHECK(comm_alike("RCC_NSOCKS", peers[r].nsocks, me->nsocks, r, comm->rank));
+        RCC_CHECK(comm_alike("RCC_NSOCKS_MIN_BYTES", peers[r].nsocks_min_bytes,
+                             me->nsocks_min_bytes, r, comm->rank));
+        RCC_CHECK(comm_alike("RCC_DEVICE_CHUNK_BYTES", peers[r].dev_chunk_bytes,
+                             me->dev_chunk_bytes, r, comm->rank));
     }
 
     int send_tr, recv_tr;

@@ -137,6 +137,7 @@ struct rcc_comm {
     uint64_t comm_id;
     int64_t timeout_ns;
     size_t chunk_bytes;
+    size_t dev_chunk_bytes; /* RCC_DEVICE_CHUNK_BYTES: operations on the device ring */
     int slots;
     int algo_forced;            /* RCC_ALGO named an algorithm (else auto) ... */
     rcci_allreduce_algo_t algo; /* ... this one */
@@ -326,13 +327,21 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *exec);
  * slots), copies and reductions run on `dstream`, partial results go to
  * `dscratch`, device memory of rcci_coll_device_scratch_bytes (stream.c).
  * Edges of the device ring (comm->dsend_link/drecv_link) skip the staging:
- * receives that reduce land in `dslots` (slots * chunk_bytes of device
- * memory; NULL: receive over the host ring), the rest in place. */
+ * receives that reduce land in `dslots` (slots * rcci_coll_device_chunk_bytes
+ * of device memory; NULL: receive over the host ring), or are reduced where
+ * the transport received them (in place), the rest in their destination. */
 struct rcci_devapi;
 rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
                                     const struct rcci_devapi *dev, void *dstream, char *pinned,
                                     char *dscratch, char *dslots, rcci_exec_t **exec);
 size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
+/* The chunk size of device operations: RCC_DEVICE_CHUNK_BYTES when both
+ * edges of the device ring exist (the same on every rank: the ring is made
+ * on all ranks or none), else chunk_bytes (staged through host memory). */
+size_t rcci_coll_device_chunk_bytes(const struct rcc_comm *comm);
+/* Whether device chunks fit the device ring's receive slots, so receives
+ * are reduced where they land (in place) and need no `dslots`. */
+int rcci_coll_device_inplace(const struct rcc_comm *comm);
 
 /* The same three for point-to-point operations (coll/p2p.c), and closing
  * every point-to-point connection (after a failure, at destroy). */

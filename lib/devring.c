@@ -9,9 +9,9 @@
  * Made at init, not on the first device operation: connecting needs every
  * rank of the edge at once, and at init they are (lazily, a rank that
  * reached its first device collective would wait for a neighbour still in
- * host work). It costs a CUDA context and 2 x 8 x 2 MiB of device memory
- * per edge, only on ranks that have a GPU and a same-host neighbour with
- * one, and RCC_TRANSPORT=tcp (or ibverbs) turns it off. Where a rank
+ * host work). It costs a CUDA context and 2 x 8 x RCC_CUDAIPC_SLOT_BYTES
+ * (8 MiB) of device memory per edge, only on ranks that have a GPU and a
+ * same-host neighbour with one, and RCC_TRANSPORT=tcp (or ibverbs) turns it off. Where a rank
  * cannot map its neighbour's memory, found out before any connection,
  * every rank goes without it (devring_probe).
  */

@@ -543,9 +543,9 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
             size_t scratch = rcci_coll_device_scratch_bytes(comm, x->op);
             if (res == RCC_SUCCESS && scratch)
                 res = x->s->dev->dev_alloc((void **)&x->dscratch, scratch, x->s->copy_stream);
-            if (res == RCC_SUCCESS && comm->drecv_link.nconns > 0)
+            if (res == RCC_SUCCESS && comm->drecv_link.nconns > 0 && !rcci_coll_device_inplace(comm))
                 res = x->s->dev->dev_alloc((void **)&x->dslots,
-                                           (size_t)comm->slots * comm->chunk_bytes,
+                                           (size_t)comm->slots * rcci_coll_device_chunk_bytes(comm),
                                            x->s->copy_stream);
             if (res == RCC_SUCCESS)
                 res = rcci_coll_start_device(comm, x->op, x->s->dev, x->s->copy_stream, x->staging,

@@ -29,3 +29,42 @@ rcc_result_t rcci_transport_unsupported_write(rcci_conn_t *conn, const void *buf
     (void)conn, (void)buf, (void)bytes, (void)mr, (void)remote_key, (void)remote_offset, (void)req;
     return rcci_error(RCC_ERR_UNSUPPORTED, "this transport has no one-sided write");
 }
+
+static rcc_result_t no_inplace(void)
+{
+    return rcci_error(RCC_ERR_UNSUPPORTED, "this transport moves no message in place");
+}
+
+size_t rcci_transport_no_inplace_bytes(rcci_conn_t *conn, int send)
+{
+    (void)conn, (void)send;
+    return 0;
+}
+
+rcc_result_t rcci_transport_unsupported_irecv_inplace(rcci_conn_t *conn, size_t bytes,
+                                                      const rcci_tag_t *tag, const void **data,
+                                                      rcci_request_t **req)
+{
+    (void)conn, (void)bytes, (void)tag, (void)data, (void)req;
+    return no_inplace();
+}
+
+rcc_result_t rcci_transport_unsupported_release(rcci_conn_t *conn, void *stream)
+{
+    (void)conn, (void)stream;
+    return no_inplace();
+}
+
+rcc_result_t rcci_transport_unsupported_reserve_send(rcci_conn_t *conn, size_t bytes, void **data)
+{
+    (void)conn, (void)bytes, (void)data;
+    return no_inplace();
+}
+
+rcc_result_t rcci_transport_unsupported_commit_send(rcci_conn_t *conn, size_t bytes,
+                                                    const rcci_tag_t *tag, void *stream,
+                                                    rcci_request_t **req)
+{
+    (void)conn, (void)bytes, (void)tag, (void)stream, (void)req;
+    return no_inplace();
+}

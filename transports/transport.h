@@ -27,9 +27,10 @@
 #include "ringcc.h"
 
 /* 3: isend/irecv take a tag (seq + the operation's signature); peek,
- * notify, announce and sweep_listener appended. Pre-release: no transport
- * outside this tree yet. */
-#define RCCI_TRANSPORT_ABI 3
+ * notify, announce and sweep_listener appended. 4: the in-place calls
+ * (inplace_bytes, irecv_inplace, release, reserve_send, commit_send)
+ * appended. Pre-release: no transport outside this tree yet. */
+#define RCCI_TRANSPORT_ABI 4
 
 /* Connection handles (listen addresses, memory keys) travel through the
  * bootstrap as opaque blobs of at most this size. */
@@ -205,14 +206,66 @@ typedef struct rcci_transport {
      * on the same listener (the progress thread sweeps while a caller runs
      * an operation inline); it may then skip its turn. */
     void (*sweep_listener)(rcci_listener_t *listener);
+
+    /* -- version 4 -- */
+    /* In place: for a transport whose messages land in memory of its own
+     * that the GPU reaches (cudaipc's receive slots), the engine reduces a
+     * message where it landed and writes the next one straight into the
+     * peer's memory, so a chunk is not copied in and out on its way. On a
+     * connection, messages moved in place and by isend/irecv may alternate
+     * in either direction; both ends choose independently (the wire is the
+     * same). Transports without it: inplace_bytes returns 0 and the others
+     * RCC_ERR_UNSUPPORTED. */
+    /* Largest message the in-place calls take on `conn` (send 0: this
+     * side's receive slot; send 1: the peer's), 0 when they cannot be used
+     * (not supported, or the peer's memory is not mapped yet). */
+    size_t (*inplace_bytes)(rcci_conn_t *conn, int send);
+    /* irecv without a buffer: *data says at once where the message will lie
+     * (the transport's memory: device memory for cudaipc); the request
+     * completes when it lies there whole, checked as irecv checks. The
+     * memory stays the message's until release. */
+    rcc_result_t (*irecv_inplace)(rcci_conn_t *conn, size_t bytes, const rcci_tag_t *tag,
+                                  const void **data, rcci_request_t **req);
+    /* Enqueues on `stream` (a device stream, lib/devapi.h) the return of the
+     * oldest in-place receive's memory to the peer, once the work queued on
+     * the stream before it (what reads the message) is done. Once per
+     * completed irecv_inplace, in their order. */
+    rcc_result_t (*release)(rcci_conn_t *conn, void *stream);
+    /* Where in the peer's memory the next message sent on `conn` will lie,
+     * when it may be written there now; *data NULL when not yet (no slot is
+     * free, or earlier sends are still being moved). The caller writes the
+     * message there with work on a stream, then calls commit_send before
+     * any other send on the connection. */
+    rcc_result_t (*reserve_send)(rcci_conn_t *conn, size_t bytes, void **data);
+    /* Enqueues on `stream` the sending of the reserved message, once the
+     * work queued on the stream before it (what writes the message) is
+     * done; `*req` completes as isend's does. */
+    rcc_result_t (*commit_send)(rcci_conn_t *conn, size_t bytes, const rcci_tag_t *tag,
+                                void *stream, rcci_request_t **req);
 } rcci_transport_t;
 
 /* Transports built into this library, in priority order, NULL-terminated. */
 extern const rcci_transport_t *const rcci_transports[];
 
-/* Shared stub for optional slots. */
+/* Shared stubs for optional slots. */
 rcc_result_t rcci_transport_unsupported_write(rcci_conn_t *conn, const void *buf, size_t bytes,
                                               rcci_mr_t *mr, const void *remote_key,
                                               uint64_t remote_offset, rcci_request_t **req);
+/* The in-place calls of a transport without them. */
+#define RCCI_TRANSPORT_NO_INPLACE                                                                  \
+    .inplace_bytes = rcci_transport_no_inplace_bytes,                                              \
+    .irecv_inplace = rcci_transport_unsupported_irecv_inplace,                                     \
+    .release = rcci_transport_unsupported_release,                                                 \
+    .reserve_send = rcci_transport_unsupported_reserve_send,                                       \
+    .commit_send = rcci_transport_unsupported_commit_send
+size_t rcci_transport_no_inplace_bytes(rcci_conn_t *conn, int send);
+rcc_result_t rcci_transport_unsupported_irecv_inplace(rcci_conn_t *conn, size_t bytes,
+                                                      const rcci_tag_t *tag, const void **data,
+                                                      rcci_request_t **req);
+rcc_result_t rcci_transport_unsupported_release(rcci_conn_t *conn, void *stream);
+rcc_result_t rcci_transport_unsupported_reserve_send(rcci_conn_t *conn, size_t bytes, void **data);
+rcc_result_t rcci_transport_unsupported_commit_send(rcci_conn_t *conn, size_t bytes,
+                                                    const rcci_tag_t *tag, void *stream,
+                                                    rcci_request_t **req);
 
 #endif /* RINGCC_TRANSPORT_H */

@@ -13,10 +13,14 @@
  * ends with the same bits.
  *
  * Device buffers (rcci_coll_start_device) take the device ring's edges
- * where it has them (devring.c: cudaipc moves device memory itself):
- * receives land in device slots (or the output) and sends leave from the
- * device buffers directly; elsewhere chunks are staged through pinned
- * host slots for the host transports.
+ * where it has them (devring.c: cudaipc moves device memory itself), in
+ * chunks of RCC_DEVICE_CHUNK_BYTES: a receive is reduced (or copied out)
+ * where the transport received it, in the receiver's slot, and the result
+ * that the next send forwards is written straight into the next rank's
+ * slot by the same kernel (in place: transport.h), so a reduced chunk
+ * crosses device memory once per step; sends that cannot go so leave from
+ * the device buffers. Elsewhere chunks are staged through pinned host
+ * slots for the host transports.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +63,9 @@ struct rcci_exec {
      * done (their event). */
     int rdirect, sdirect;
     char *dslots;
+    size_t chunk_bytes;  /* device: the chunk (and slot) size it runs with */
+    const void **rview;  /* per slot: where an in-place receive lies (NULL: not in place) */
+    size_t fused_sends;  /* sends written by the reduction (or copy) they forward */
     void *start_ev;
     int started;
     int ended; /* advance reported it done: nothing of it is left on the GPU */
@@ -109,7 +116,8 @@ static rcc_result_t pipe_scratch(struct rcc_comm *comm, size_t bytes)
 #define PIPE_MIN_CHUNKS 8
 #define PIPE_FLOOR_BYTES (64 * 1024)
 
-static size_t pipe_chunk_elems(const struct rcc_comm *comm, const rcci_op_t *op, size_t esize)
+static size_t pipe_chunk_elems(const struct rcc_comm *comm, const rcci_op_t *op, size_t esize,
+                               size_t chunk_bytes)
 {
     int blocks = op->coll == RCCI_COLL_REDUCE_SCATTER || op->coll == RCCI_COLL_ALLGATHER;
     int chain = op->coll == RCCI_COLL_BROADCAST || op->coll == RCCI_COLL_REDUCE;
@@ -117,15 +125,15 @@ static size_t pipe_chunk_elems(const struct rcc_comm *comm, const rcci_op_t *op,
     size_t bytes = segment / PIPE_MIN_CHUNKS;
     if (bytes < PIPE_FLOOR_BYTES)
         bytes = PIPE_FLOOR_BYTES;
-    if (bytes > comm->chunk_bytes)
-        bytes = comm->chunk_bytes;
+    if (bytes > chunk_bytes)
+        bytes = chunk_bytes;
     return bytes / esize ? bytes / esize : 1;
 }
 
 /* `scratch`: where partial results go (reduce-scatter's two segments, or
  * reduce's `slots` chunks); NULL: the communicator's host areas. */
 static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scratch,
-                               rcci_exec_t **out)
+                               size_t chunk_bytes, rcci_exec_t **out)
 {
     rcci_exec_t *x = calloc(1, sizeof *x);
     if (!x)
@@ -151,7 +159,7 @@ static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scrat
                                  .scratch = scratch ? scratch : comm->scratch,
                                  .stage = scratch ? scratch : comm->stage_mem,
                                  .slots = (size_t)comm->slots,
-                                 .chunk_elems = pipe_chunk_elems(comm, op, esize)};
+                                 .chunk_elems = pipe_chunk_elems(comm, op, esize, chunk_bytes)};
     rcci_schedule_init(&x->sched);
     /* The operation's whole buffer, the same on every rank. */
     size_t nblocks = op->coll == RCCI_COLL_REDUCE_SCATTER || op->coll == RCCI_COLL_ALLGATHER
@@ -174,13 +182,26 @@ static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scrat
 
 rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **out)
 {
-    return pipe_start(comm, op, NULL, out);
+    return pipe_start(comm, op, NULL, comm->chunk_bytes, out);
+}
+
+size_t rcci_coll_device_chunk_bytes(const struct rcc_comm *comm)
+{
+    return comm->dsend_link.nconns > 0 && comm->drecv_link.nconns > 0 ? comm->dev_chunk_bytes
+                                                                      : comm->chunk_bytes;
+}
+
+int rcci_coll_device_inplace(const struct rcc_comm *comm)
+{
+    const rcci_link_t *rl = &comm->drecv_link;
+    return rl->nconns > 0 && rl->conns[0] &&
+           rcci_coll_device_chunk_bytes(comm) <= rl->tr->inplace_bytes(rl->conns[0], 0);
 }
 
 size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
 {
     if (op->coll == RCCI_COLL_REDUCE)
-        return (size_t)comm->slots * comm->chunk_bytes;
+        return (size_t)comm->slots * rcci_coll_device_chunk_bytes(comm);
     return rcci_schedule_scratch_bytes(op->coll, op->count, rcc_datatype_size(op->dtype));
 }
 
@@ -232,24 +253,29 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op, const 
                                     void *dstream, char *pinned, char *dscratch, char *dslots,
                                     rcci_exec_t **out)
 {
-    rcc_result_t res = pipe_start(comm, op, dscratch, out);
+    size_t chunk = rcci_coll_device_chunk_bytes(comm);
+    rcc_result_t res = pipe_start(comm, op, dscratch, chunk, out);
     rcci_exec_t *x = *out;
     if (res != RCC_SUCCESS)
         return res;
     size_t slots = (size_t)comm->slots;
     x->dev = dev;
     x->dstream = dstream;
+    x->chunk_bytes = chunk;
     if (comm->dsend_link.nconns > 0) {
         x->sl = &comm->dsend_link;
         x->sdirect = 1;
         x->snconns = 1;
     }
-    if (comm->drecv_link.nconns > 0 && dslots) {
+    if (comm->drecv_link.nconns > 0 && (dslots || rcci_coll_device_inplace(comm))) {
         x->rl = &comm->drecv_link;
         x->rdirect = 1;
         x->rnconns = 1;
         x->dslots = dslots;
     }
+    /* Staging is sized for chunk_bytes: the device chunk needs both edges direct. */
+    if (chunk != comm->chunk_bytes && !(x->sdirect && x->rdirect))
+        return rcci_error(RCC_ERR_INTERNAL, "device ring without its receive slots");
     res = dev->event_create(&x->start_ev);
     if (res == RCC_SUCCESS)
         res = dev->event_record(x->start_ev, dstream);
@@ -259,7 +285,8 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op, const 
     x->pin_send = pinned + slots * comm->chunk_bytes;
     x->rev = calloc(slots, sizeof *x->rev);
     x->sev = calloc(slots, sizeof *x->sev);
-    if (!x->rev || !x->sev)
+    x->rview = calloc(slots, sizeof *x->rview);
+    if (!x->rev || !x->sev || !x->rview)
         return rcci_error(RCC_ERR_NO_MEMORY, "event table");
     for (size_t i = 0; i < slots && res == RCC_SUCCESS; i++) {
         res = dev->event_create(&x->rev[i]);
@@ -276,22 +303,40 @@ static rcc_result_t dev_ready(rcci_exec_t *x, void *event, size_t count, int *re
     return count > 0 ? x->dev->event_query(event, ready) : RCC_SUCCESS;
 }
 
-/* The staging slot of the send that forwards receive `item`'s result, when
- * that send is the next to stage and its slot is free: the reduction then
- * stores the result there as well, in the same pass (no copy, and the send
- * need not wait for the reduction's event before it is staged). Sends on
- * the device ring leave from the device buffers: nothing to stage. */
-static char *pipe_forward_slot(struct rcc_comm *comm, rcci_exec_t *x, size_t item,
-                               const rcci_recv_step_t *rs)
+/* Where the send that forwards receive `item`'s result goes, when that
+ * send is the next and may go now, so that the work that lands the receive
+ * writes it there in the same pass: on the device ring, the next rank's
+ * receive slot (*fused: the send is committed after that work, in place);
+ * staged, its pinned slot (staged with it: no copy, and no wait for the
+ * reduction's event). *fwd NULL: the send goes later, the usual way. */
+static rcc_result_t pipe_forward_to(struct rcc_comm *comm, rcci_exec_t *x, size_t item,
+                                    const rcci_recv_step_t *rs, char **fwd, int *fused)
 {
     size_t slots = (size_t)comm->slots;
-    if (x->sdirect || x->send_staged >= x->sched.nsend || x->send_staged >= x->send_done + slots)
-        return NULL;
+    *fwd = NULL;
+    *fused = 0;
+    if (x->send_staged >= x->sched.nsend || x->send_staged >= x->send_done + slots)
+        return RCC_SUCCESS;
     rcci_send_step_t ss;
     rcci_schedule_send(&x->sched, x->send_staged, &ss);
-    if (ss.dep != (long)item || ss.src != rs->out || ss.count != rs->count)
-        return NULL;
-    return x->pin_send + (x->send_staged % slots) * comm->chunk_bytes;
+    if (ss.dep != (long)item || ss.src != (rs->local ? rs->out : rs->dst) || ss.count != rs->count)
+        return RCC_SUCCESS;
+    if (!x->sdirect) {
+        if (rs->local)
+            *fwd = x->pin_send + (x->send_staged % slots) * x->chunk_bytes;
+        return RCC_SUCCESS;
+    }
+    rcci_conn_t *conn = x->sl->conns[x->send_staged % x->snconns];
+    size_t bytes = rs->count * x->sched.esize;
+    if (x->send_posted != x->send_staged || bytes > x->sl->tr->inplace_bytes(conn, 1))
+        return RCC_SUCCESS;
+    void *at;
+    rcc_result_t res = x->sl->tr->reserve_send(conn, bytes, &at);
+    if (res == RCC_SUCCESS && at) {
+        *fwd = at;
+        *fused = 1;
+    }
+    return res;
 }
 
 /* Where receive `item` lands: a pinned slot, or on the device ring a
@@ -299,17 +344,61 @@ static char *pipe_forward_slot(struct rcc_comm *comm, rcci_exec_t *x, size_t ite
 static char *dev_recv_dst(struct rcc_comm *comm, rcci_exec_t *x, size_t item,
                           const rcci_recv_step_t *step)
 {
-    size_t off = (item % (size_t)comm->slots) * comm->chunk_bytes;
+    size_t off = (item % (size_t)comm->slots) * x->chunk_bytes;
     if (!x->rdirect)
         return x->pin_recv + off;
     return step->local ? x->dslots + off : step->dst;
+}
+
+/* Queues the device work of receive recv_landed, which has arrived: the
+ * reduction into its result (or the copy to its destination), writing the
+ * send that forwards it in the same pass where that can go now; then the
+ * return of an in-place receive's slot, and the step's event. */
+static rcc_result_t pipe_land_device(struct rcc_comm *comm, rcci_exec_t *x,
+                                     const rcci_recv_step_t *step)
+{
+    const rcci_op_t *op = x->op;
+    size_t slots = (size_t)comm->slots, k = x->recv_landed % slots;
+    size_t bytes = step->count * x->sched.esize;
+    const char *in = x->rview[k] ? x->rview[k] : dev_recv_dst(comm, x, x->recv_landed, step);
+    char *fwd;
+    int fused;
+    rcc_result_t res = pipe_forward_to(comm, x, x->recv_landed, step, &fwd, &fused);
+    if (res != RCC_SUCCESS)
+        return res;
+    if (step->local && fwd)
+        res = x->dev->reduce_copy(step->out, fwd, step->local, in, step->count, op->dtype, op->redop,
+                                  step->divisor, x->dstream);
+    else if (step->local)
+        res = x->dev->reduce(step->out, step->local, in, step->count, op->dtype, op->redop,
+                             step->divisor, x->dstream);
+    else if (in != step->dst) /* a direct receive that is not in place is there already */
+        res = x->dev->copy(step->dst, in, bytes, x->dstream);
+    if (res == RCC_SUCCESS && fwd && !step->local)
+        res = x->dev->copy(fwd, in, bytes, x->dstream);
+    if (res == RCC_SUCCESS && x->rview[k])
+        res = x->rl->tr->release(x->rl->conns[x->recv_landed % x->rnconns], x->dstream);
+    if (res == RCC_SUCCESS)
+        res = x->dev->event_record(x->rev[k], x->dstream);
+    if (res != RCC_SUCCESS || !fwd)
+        return res;
+    size_t sk = x->send_staged % slots;
+    if (!fused) /* staged with it */
+        return x->dev->event_record(x->sev[x->send_staged++ % slots], x->dstream);
+    res = x->sl->tr->commit_send(x->sl->conns[x->send_staged % x->snconns], bytes, &x->tag,
+                                 x->dstream, &x->sreq[sk]);
+    if (res != RCC_SUCCESS)
+        return res;
+    x->send_staged++;
+    x->send_posted++;
+    x->fused_sends++;
+    return RCC_SUCCESS;
 }
 
 static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int *progressed)
 {
     const rcci_link_t *rl = x->rl;
     size_t slots = (size_t)comm->slots, esize = x->sched.esize;
-    const rcci_op_t *op = x->op;
     rcc_result_t res;
     while (x->recv_done < x->recv_landed) { /* device work finished */
         rcci_recv_step_t step;
@@ -341,21 +430,7 @@ static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int
             *req = NULL;
         }
         if (step.count > 0) {
-            char *slot = dev_recv_dst(comm, x, x->recv_landed, &step);
-            char *fwd = step.local ? pipe_forward_slot(comm, x, x->recv_landed, &step) : NULL;
-            res = RCC_SUCCESS;
-            if (fwd)
-                res = x->dev->reduce_copy(step.out, fwd, step.local, slot, step.count, op->dtype,
-                                          op->redop, step.divisor, x->dstream);
-            else if (step.local)
-                res = x->dev->reduce(step.out, step.local, slot, step.count, op->dtype, op->redop,
-                                     step.divisor, x->dstream);
-            else if (!x->rdirect) /* direct: it is in place already */
-                res = x->dev->copy(step.dst, slot, step.count * esize, x->dstream);
-            if (res == RCC_SUCCESS)
-                res = x->dev->event_record(x->rev[x->recv_landed % slots], x->dstream);
-            if (res == RCC_SUCCESS && fwd) /* the forwarding send is staged with it */
-                res = x->dev->event_record(x->sev[x->send_staged++ % slots], x->dstream);
+            res = pipe_land_device(comm, x, &step);
             if (res != RCC_SUCCESS)
                 return pipe_fail(comm, x, res, x->recv_landed, 0);
         }
@@ -372,9 +447,16 @@ static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int
             (!x->started || (!step.local && step.guard >= 0 && (size_t)step.guard >= x->send_done)))
             break;
         if (step.count > 0) {
-            res = rl->tr->irecv(rl->conns[x->recv_posted % x->rnconns],
-                                dev_recv_dst(comm, x, x->recv_posted, &step), step.count * esize,
-                                &x->tag, NULL, &x->rreq[x->recv_posted % slots]);
+            /* On the device ring, in place where it fits a slot: read where
+             * it lands, no copy out. */
+            rcci_conn_t *conn = rl->conns[x->recv_posted % x->rnconns];
+            size_t k = x->recv_posted % slots, bytes = step.count * esize;
+            x->rview[k] = NULL;
+            if (x->rdirect && bytes <= rl->tr->inplace_bytes(conn, 0))
+                res = rl->tr->irecv_inplace(conn, bytes, &x->tag, &x->rview[k], &x->rreq[k]);
+            else
+                res = rl->tr->irecv(conn, dev_recv_dst(comm, x, x->recv_posted, &step), bytes,
+                                    &x->tag, NULL, &x->rreq[k]);
             if (res != RCC_SUCCESS)
                 return pipe_fail(comm, x, res, x->recv_posted, 0);
         }
@@ -397,7 +479,7 @@ static rcc_result_t pipe_sends_device(struct rcc_comm *comm, rcci_exec_t *x, int
         res = dev_ready(x, x->sev[k], step.count, &ready);
         if (res == RCC_SUCCESS && ready && step.count > 0)
             res = sl->tr->isend(sl->conns[x->send_posted % x->snconns],
-                                x->sdirect ? step.src : x->pin_send + k * comm->chunk_bytes,
+                                x->sdirect ? step.src : x->pin_send + k * x->chunk_bytes,
                                 step.count * esize, &x->tag, NULL, &x->sreq[k]);
         if (res != RCC_SUCCESS)
             return pipe_fail(comm, x, res, x->send_posted, 1);
@@ -416,7 +498,7 @@ static rcc_result_t pipe_sends_device(struct rcc_comm *comm, rcci_exec_t *x, int
              * before it (the local copy, the reduction it forwards) is done. */
             size_t k = x->send_staged % slots;
             res = x->sdirect ? RCC_SUCCESS
-                             : x->dev->copy(x->pin_send + k * comm->chunk_bytes, step.src,
+                             : x->dev->copy(x->pin_send + k * x->chunk_bytes, step.src,
                                             step.count * esize, x->dstream);
             if (res == RCC_SUCCESS)
                 res = x->dev->event_record(x->sev[k], x->dstream);
@@ -560,13 +642,14 @@ static int pipe_stream_drain(const rcci_devapi_t *dev, void *stream)
 
 /* A device operation that failed may still have copies in flight, the
  * device ring's into its slots and outputs, and work on its stream that
- * stores its events: the device ring's connections it used are closed
- * (the transport waits for its copies; the failure closes every link
- * anyway, progress.c, but after the operation's memory is gone) and the
- * stream drained before its memory and events go. The peer is told why
- * first, as progress.c tells the others (the communicator is marked
- * broken before its operations finish). 0 when the stream did not drain:
- * its events are then left allocated. */
+ * stores its events or writes into the next rank's slot (in place): the
+ * stream is drained, then the device ring's connections it used are closed
+ * (the transport waits for its own copies; the failure closes every link
+ * anyway, progress.c, but after the operation's memory is gone), before
+ * its memory and events go. The peers are told why first, as progress.c
+ * tells the others (the communicator is marked broken before its
+ * operations finish). 0 when the stream did not drain: its events and
+ * connections are then left as they are. */
 static int pipe_device_quiesce(struct rcc_comm *comm, rcci_exec_t *x)
 {
     rcci_link_t *links[2] = {x->sdirect ? &comm->dsend_link : NULL,
@@ -579,13 +662,18 @@ static int pipe_device_quiesce(struct rcc_comm *comm, rcci_exec_t *x)
         snprintf(text, sizeof text, "rank %d: %s", comm->rank, comm->broken_text);
     if (res == RCC_ERR_ABORTED) /* as progress.c words it */
         res = RCC_ERR_PEER_LOST;
+    /* The stream drains before the connections close: its reductions may
+     * be writing into the next rank's memory (in place), which close unmaps. */
     for (int i = 0; i < 2; i++)
-        if (links[i] && links[i]->conns[0]) {
+        if (links[i] && links[i]->conns[0])
             links[i]->tr->notify(links[i]->conns[0], res, text);
+    int drained = pipe_stream_drain(x->dev, x->dstream);
+    for (int i = 0; i < 2 && drained; i++)
+        if (links[i] && links[i]->conns[0]) {
             links[i]->tr->close(links[i]->conns[0]);
             links[i]->conns[0] = NULL;
         }
-    return pipe_stream_drain(x->dev, x->dstream);
+    return drained;
 }
 
 void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
@@ -616,6 +704,7 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
         x->dev->event_destroy(x->start_ev);
     free(x->rev);
     free(x->sev);
+    free(x->rview);
     free(x->sreq);
     free(x->rreq);
     free(x);

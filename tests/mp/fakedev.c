@@ -85,6 +85,21 @@ static int fake_is_device(const void *p)
     return found;
 }
 
+/* The kind of memory p lies in: 0 fakedev_malloc, 1 exported device memory
+ * (ipc_alloc), 2 a peer's opened device memory; -1 other (host memory,
+ * exported host pages). */
+static int mem_kind(const void *p)
+{
+    int kind = -1;
+    pthread_mutex_lock(&mem_lock);
+    for (int i = 0; i < FAKE_MAX_ALLOCS && kind < 0; i++)
+        if (allocs[i].p && allocs[i].device && (const char *)p >= allocs[i].p &&
+            (const char *)p < allocs[i].p + allocs[i].bytes)
+            kind = allocs[i].ipc;
+    pthread_mutex_unlock(&mem_lock);
+    return kind;
+}
+
 /* ---- streams: a thread each, running its queue in order ------------------- */
 
 typedef enum { ITEM_COPY, ITEM_REDUCE, ITEM_WRITE, ITEM_WAIT, ITEM_EVENT, ITEM_FN } item_kind_t;
@@ -296,9 +311,11 @@ static rcc_result_t fake_copy(void *dst, const void *src, size_t n, void *stream
     return RCC_SUCCESS;
 }
 
-static atomic_size_t reduce_copies;
+static atomic_size_t reduce_copies, slot_reads, fused_sends;
 
 size_t fakedev_reduce_copies(void) { return atomic_load(&reduce_copies); }
+size_t fakedev_slot_reads(void) { return atomic_load(&slot_reads); }
+size_t fakedev_fused_sends(void) { return atomic_load(&fused_sends); }
 
 static rcc_result_t fake_reduce_copy(void *dst, void *dst2, const void *a, const void *b, size_t n,
                                     rcc_datatype_t dtype, rcc_redop_t op, int divisor,
@@ -306,6 +323,10 @@ static rcc_result_t fake_reduce_copy(void *dst, void *dst2, const void *a, const
 {
     if (dst2)
         atomic_fetch_add(&reduce_copies, 1);
+    if (dst2 && mem_kind(dst2) == 2)
+        atomic_fetch_add(&fused_sends, 1);
+    if (mem_kind(b) == 1)
+        atomic_fetch_add(&slot_reads, 1);
     stream_push(stream, (item_t){.kind = ITEM_REDUCE,
                                  .dst = dst,
                                  .dst2 = dst2,

@@ -29,5 +29,11 @@ int fakedev_stream_sync(void *stream, double timeout_s);
 /* How many fused reduce-and-copy calls (devapi reduce_copy) this process
  * has queued: tests check that the pipeline forwards reduced chunks so. */
 size_t fakedev_reduce_copies(void);
+/* Of the reductions queued: those whose received operand was read in the
+ * receive slot it landed in (exported memory: the cudaipc transport's,
+ * in place), and those that also wrote their result into a peer's mapped
+ * memory (the next rank's slot: the send fused with the reduction). */
+size_t fakedev_slot_reads(void);
+size_t fakedev_fused_sends(void);
 
 #endif /* RINGCC_TEST_FAKEDEV_H */

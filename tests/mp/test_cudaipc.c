@@ -75,13 +75,20 @@ static int run_case(rcc_comm_t comm, void *stream, int rank, int n, kind_t kind,
 static const rcc_datatype_t dtypes[] = {RCC_FLOAT32, RCC_BFLOAT16, RCC_INT64, RCC_FLOAT16,
                                         RCC_UINT8,   RCC_FLOAT64,  RCC_INT32};
 
-/* Every kind, dtype and op at sizes that cut into several 2 MiB fragments
- * per chunk (RCC_CHUNK_BYTES 5 MiB) and into ragged ends. */
+/* Every kind, dtype and op at sizes that cut into several chunks and into
+ * ragged ends. In place (arg NULL): device chunks of 1 MiB fit the 8 MiB
+ * receive slots, so every receive must be reduced in its slot and the sends
+ * that forward reductions written by them. Fragmented (arg non-NULL): 1 MiB
+ * chunks over 64 KiB slots, each large message cut into 16 fragments copied
+ * out of the slots, while the small ones still go in place: both kinds on
+ * one connection. */
 static int rank_collectives(int rank, int n, void *arg)
 {
-    (void)arg;
+    int fragmented = arg != NULL;
     setenv("RCC_ALGO", "ring", 1); /* the pipelined ring: the path the device ring serves */
-    setenv("RCC_CHUNK_BYTES", "5242883", 1);
+    setenv("RCC_DEVICE_CHUNK_BYTES", "1048579", 1);
+    if (fragmented)
+        setenv("RCC_CUDAIPC_SLOT_BYTES", "65536", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(60000);
     struct rcc_comm *c = comm;
@@ -99,12 +106,23 @@ static int rank_collectives(int rank, int n, void *arg)
             bad |= run_case(comm, stream, rank, n, (kind_t)kind, 5, dtypes[d], op, seed++);
         }
     fakedev_stream_destroy(stream);
+    size_t reads = fakedev_slot_reads(), fused = fakedev_fused_sends();
+    if (!fragmented && (!reads || !fused))
+        MP_FAIL("rank %d: %zu reductions read their slot, %zu wrote the next rank's: expected "
+                "some of each",
+                rank, reads, fused);
     return td_finish(comm, bad);
 }
 
 START_TEST(device_ring_collectives)
 {
     ck_assert_int_eq(mp_run(_i, rank_collectives, NULL, 300), 0);
+}
+END_TEST
+
+START_TEST(device_ring_fragmented)
+{
+    ck_assert_int_eq(mp_run(3, rank_collectives, "fragmented", 300), 0);
 }
 END_TEST
 
@@ -220,7 +238,8 @@ static Suite *cudaipc_suite(void)
     Suite *s = suite_create("mp_cudaipc");
     TCase *tc = tcase_create("fake_device");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, device_ring_collectives, 2, 5);
+    tcase_add_loop_test(tc, device_ring_collectives, 2, 6);
+    tcase_add_test(tc, device_ring_fragmented);
     tcase_add_test(tc, transport_forced_to_tcp);
     tcase_add_loop_test(tc, peer_death_while_mapped, 2, 4);
     tcase_add_test(tc, no_peer_access_goes_without);

@@ -32,8 +32,12 @@ done <<<"$params"
 echo "ok: $n parameters, each with its default, in all three modes"
 
 # The value in effect, and a value the library would refuse.
-RCC_SLOTS=7 "$info" --params | grep -qF "  RCC_SLOTS = 7 (set)   [default: 4]" || fail "RCC_SLOTS=7 not shown as the current value"
-RCC_SLOTS=999 "$info" --params | grep -qF "RCC_SLOTS = 999 (set; INVALID" || fail "RCC_SLOTS=999 not marked invalid"
+# (Whole outputs into grep: grep -q stops reading at its match, and with pipefail the
+# writer's SIGPIPE would fail the line.)
+current=$(RCC_SLOTS=7 "$info" --params)
+grep -qF "  RCC_SLOTS = 7 (set)   [default: 4]" <<<"$current" || fail "RCC_SLOTS=7 not shown as the current value"
+current=$(RCC_SLOTS=999 "$info" --params)
+grep -qF "RCC_SLOTS = 999 (set; INVALID" <<<"$current" || fail "RCC_SLOTS=999 not marked invalid"
 echo "ok: current values"
 
 for section in "Features built:" "  cuda " "  ibverbs " "Transports (" "  tcp      " "  cudaipc  " \

@@ -29,6 +29,7 @@
 #include "fakedev.h"
 #include "mp.h"
 #include "comm.h" /* rcci_sig_describe */
+#include "devapi.h"
 #include "transport.h"
 
 #define CONF_TIMEOUT_S 60
@@ -564,6 +565,175 @@ static int teardown_rank(int rank, int nranks, void *arg)
 START_TEST(teardown_while_busy) { ck_assert_int_eq(conf_run(teardown_rank), 0); }
 END_TEST
 
+/* ---- in place (version 4) ---- */
+
+/* A stream and an event of the device table, for in-place work. */
+typedef struct {
+    const rcci_devapi_t *dev;
+    void *stream, *event;
+} conf_dev_t;
+
+/* Waits until the stream's work so far is done. */
+static int conf_dev_sync(conf_dev_t *d)
+{
+    int done = 0;
+    int64_t deadline = rcci_now_ns() + CONF_WAIT_NS;
+    if (d->dev->event_record(d->event, d->stream) != RCC_SUCCESS)
+        MP_FAIL("event_record: %s", rcci_tls_error());
+    while (!done) {
+        if (d->dev->event_query(d->event, &done) != RCC_SUCCESS || rcci_now_ns() > deadline)
+            MP_FAIL("the stream never finished: %s", rcci_tls_error());
+        if (!done)
+            usleep(50);
+    }
+    return 0;
+}
+
+#define INPLACE_MSGS 48
+#define INPLACE_AHEAD 4 /* sends in flight */
+
+/* Whether message i (of a pattern seeded by `who`) moves in place. */
+static int inplace_pick(uint32_t i, uint32_t who) { return ((i * 2654435761u + who) >> 7) % 3 != 0; }
+
+/* Posts receive i (in place or by irecv, by the receiver's pattern). */
+static rcc_result_t inplace_post(conf_end_t *e, uint32_t i, size_t n, uint32_t seq, uint8_t **buf,
+                                 const void **at, rcci_request_t **req)
+{
+    rcci_tag_t tag = conf_tag(seq);
+    *buf = conf_buf(n);
+    *at = NULL;
+    return inplace_pick(i, 2) ? tr->irecv_inplace(e->conn, n, &tag, at, req)
+                              : tr->irecv(e->conn, *buf, n, &tag, NULL, req);
+}
+
+/* One direction: the sender moves INPLACE_MSGS messages, some written
+ * straight into the peer's memory (reserve_send + copy + commit_send), the
+ * rest by isend; the receiver takes each in place (irecv_inplace, copied
+ * out, release) or by irecv, on another pattern. Both keep INPLACE_AHEAD
+ * in flight, so that fragments of both kinds are moving at once. Every
+ * message is compared byte for byte. */
+static int inplace_direction(conf_end_t *e, conf_dev_t *d, int sending, uint32_t base)
+{
+    size_t max = tr->inplace_bytes(e->conn, sending);
+    size_t sizes[] = {0, 1, 7, 4096, 65537, max / 3 + 5, max};
+    const size_t nsizes = sizeof sizes / sizeof *sizes;
+    uint8_t *bufs[INPLACE_AHEAD] = {0};
+    const void *ats[INPLACE_AHEAD] = {0};
+    rcci_request_t *reqs[INPLACE_AHEAD] = {0};
+    int64_t deadline = rcci_now_ns() + CONF_WAIT_NS;
+    rcc_result_t res = RCC_SUCCESS;
+    for (uint32_t i = 0; !sending && i < INPLACE_AHEAD; i++)
+        if ((res = inplace_post(e, i, sizes[i % nsizes], base + i, &bufs[i], &ats[i], &reqs[i])))
+            MP_FAIL("receive #%u: %s: %s", base + i, rcc_strerror(res), rcci_tls_error());
+    for (uint32_t i = 0; i < INPLACE_MSGS + INPLACE_AHEAD; i++) {
+        size_t k = i % INPLACE_AHEAD, n = sizes[i % nsizes];
+        uint32_t seq = base + i;
+        rcci_tag_t tag = conf_tag(seq);
+        if (!sending) {
+            if (i >= INPLACE_MSGS)
+                break;
+            res = conf_wait(e->conn, reqs[k], deadline);
+            if (res == RCC_SUCCESS && ats[k] && n)
+                res = d->dev->copy(bufs[k], ats[k], n, d->stream);
+            if (res == RCC_SUCCESS && ats[k])
+                res = tr->release(e->conn, d->stream);
+            uint8_t *buf = bufs[k];
+            int inplace = ats[k] != NULL;
+            /* The next receive is posted before this one's copy is done. */
+            uint32_t next = i + INPLACE_AHEAD;
+            if (res == RCC_SUCCESS && next < INPLACE_MSGS)
+                res = inplace_post(e, next, sizes[next % nsizes], base + next, &bufs[k], &ats[k],
+                                   &reqs[k]);
+            if (res == RCC_SUCCESS && inplace && conf_dev_sync(d))
+                return 1;
+            int ok = res == RCC_SUCCESS && conf_check(buf, n, seq);
+            free(buf);
+            if (!ok)
+                MP_FAIL("receive #%u of %zu bytes (%s): %s: %s", seq, n,
+                        inplace ? "in place" : "irecv", rcc_strerror(res),
+                        res == RCC_SUCCESS ? "the bytes differ" : rcci_tls_error());
+            continue;
+        }
+        if (reqs[k] || bufs[k]) { /* the oldest in flight, done before its slot is reused */
+            if (reqs[k] && (res = conf_wait(e->conn, reqs[k], deadline)) != RCC_SUCCESS)
+                MP_FAIL("send #%u: %s: %s", seq - INPLACE_AHEAD, rcc_strerror(res),
+                        rcci_tls_error());
+            free(bufs[k]);
+            reqs[k] = NULL, bufs[k] = NULL;
+        }
+        if (i >= INPLACE_MSGS)
+            continue;
+        uint8_t *buf = conf_buf(n);
+        conf_fill(buf, n, seq);
+        if (inplace_pick(i, 1)) {
+            void *at = NULL;
+            while (res == RCC_SUCCESS && !at) {
+                res = tr->reserve_send(e->conn, n, &at);
+                for (size_t j = 0; res == RCC_SUCCESS && !at && j < INPLACE_AHEAD; j++) {
+                    int done = 0;
+                    if (reqs[j] && (res = tr->test(reqs[j], &done)) == RCC_SUCCESS && done)
+                        reqs[j] = NULL; /* its buffer goes when the slot is reused */
+                }
+                if (res == RCC_SUCCESS && !at && rcci_now_ns() > deadline)
+                    MP_FAIL("send #%u: no slot of the peer came free", seq);
+            }
+            if (res == RCC_SUCCESS && n)
+                res = d->dev->copy(at, buf, n, d->stream);
+            if (res == RCC_SUCCESS)
+                res = tr->commit_send(e->conn, n, &tag, d->stream, &reqs[k]);
+        } else {
+            res = tr->isend(e->conn, buf, n, &tag, NULL, &reqs[k]);
+        }
+        bufs[k] = buf;
+        if (res != RCC_SUCCESS)
+            MP_FAIL("send #%u of %zu bytes: %s: %s", seq, n, rcc_strerror(res), rcci_tls_error());
+    }
+    return 0;
+}
+
+/* Messages moved in place and by isend/irecv, alternating on one
+ * connection in both directions (a counter stored by two streams must
+ * never run ahead of a fragment). A transport without the in-place calls
+ * must say so: 0 bytes, and RCC_ERR_UNSUPPORTED from the others. */
+static int inplace_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    if (conf_move(&e, rank == 1, 10, 1) || conf_move(&e, rank == 0, 10, 2)) /* both hellos */
+        return 1;
+    if (tr->inplace_bytes(e.conn, 0) == 0 || tr->inplace_bytes(e.conn, 1) == 0) {
+        void *at;
+        const void *view;
+        rcci_request_t *r;
+        rcci_tag_t tag = conf_tag(3);
+        if (tr->inplace_bytes(e.conn, 0) || tr->inplace_bytes(e.conn, 1) ||
+            tr->reserve_send(e.conn, 8, &at) != RCC_ERR_UNSUPPORTED ||
+            tr->irecv_inplace(e.conn, 8, &tag, &view, &r) != RCC_ERR_UNSUPPORTED ||
+            tr->release(e.conn, NULL) != RCC_ERR_UNSUPPORTED ||
+            tr->commit_send(e.conn, 8, &tag, NULL, &r) != RCC_ERR_UNSUPPORTED)
+            MP_FAIL("%s: in place half there, or not refused", tr->name);
+        conf_close(&e);
+        return 0;
+    }
+    conf_dev_t d = {.dev = rcci_devapi()};
+    if (!d.dev || d.dev->stream_create(&d.stream) != RCC_SUCCESS ||
+        d.dev->event_create(&d.event) != RCC_SUCCESS)
+        MP_FAIL("%s moves in place, but no device stream: %s", tr->name, rcci_tls_error());
+    if (inplace_direction(&e, &d, rank == 1, 100) || inplace_direction(&e, &d, rank == 0, 200))
+        return 1;
+    if (conf_move(&e, rank == 1, 1000, 300)) /* and isend/irecv still after */
+        return 1;
+    d.dev->event_destroy(d.event);
+    d.dev->stream_destroy(d.stream);
+    conf_close(&e);
+    return 0;
+}
+
+START_TEST(in_place_and_copied_alternate) { ck_assert_int_eq(conf_run(inplace_rank), 0); }
+END_TEST
+
 static Suite *conformance_suite(void)
 {
     Suite *s = suite_create(tr->name);
@@ -579,6 +749,7 @@ static Suite *conformance_suite(void)
     tcase_add_test(tc, peek_and_announce);
     tcase_add_test(tc, peer_loss);
     tcase_add_test(tc, teardown_while_busy);
+    tcase_add_test(tc, in_place_and_copied_alternate);
     suite_add_tcase(s, tc);
     return s;
 }

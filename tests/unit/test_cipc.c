@@ -75,7 +75,7 @@ START_TEST(hellos_are_checked)
     rcci_cipc_hello_t h = {.magic = RCCI_CIPC_HELLO_MAGIC,
                            .version = RCCI_CIPC_VERSION,
                            .slots = RCCI_CIPC_SLOTS,
-                           .slot_bytes = RCCI_CIPC_SLOT_BYTES};
+                           .slot_bytes = 2u << 20};
     ck_assert_int_eq(rcci_cipc_hello_check(&h, "rank 2"), RCC_SUCCESS);
     h.slot_bytes = 0;
     ck_assert_int_eq(rcci_cipc_hello_check(&h, "rank 2"), RCC_ERR_REMOTE);

@@ -17,6 +17,15 @@
  * other. A request is complete when the counter its last fragment's copy
  * stores (slots.h) has passed it: the host reads counters, it never waits
  * on the GPU.
+ *
+ * In place (transport.h, version 4): the engine reads a message in the
+ * receive slot it landed in and returns the slot with `release`, and writes
+ * a message straight into the peer's slot it got from `reserve_send`; the
+ * counters are then stored by the engine's stream, not the connection's.
+ * Each counter must only grow, and a store says every fragment below it is
+ * done, so a counter's stores from two streams must not overtake each
+ * other: a fragment moved the other way than the one before it waits until
+ * the counter shows that one done (rx/tx_normal_upto, rx/tx_inplace_upto).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +37,7 @@
 #include "devapi.h"
 #include "err.h"
 #include "log.h"
+#include "params.h"
 #include "slots.h"
 #include "transport.h"
 
@@ -64,6 +74,7 @@ struct rcci_request {
     rcci_tag_t tag;
     int complete;
     int is_send;
+    int inplace, landed;     /* irecv_inplace/commit_send; a receive's fragment is there */
     uint32_t nfrags, posted; /* fragments, and how many are queued on the GPU */
     uint32_t first;          /* the connection's number of its first fragment */
 };
@@ -80,14 +91,23 @@ struct rcci_conn {
     /* Receive side: this process's slots and page, exported. */
     rcci_cipc_page_t *rx_page;
     char *rx_slots;
-    uint32_t rx_next; /* fragments whose copy out is queued */
+    size_t rx_slot_bytes;
+    uint32_t rx_next; /* fragments whose copy out is queued (or taken in place) */
     void *rx_stream;
+    /* In place: the counts of fragments up to the last copied out / taken
+     * in place, and the in-place fragments not released yet, oldest first. */
+    uint32_t rx_normal_upto, rx_inplace_upto;
+    uint32_t held[RCCI_CIPC_SLOTS];
+    unsigned held_first, held_count;
     /* Send side: the peer's, mapped. */
     rcci_cipc_page_t *tx_page;
     char *tx_slots;
     size_t tx_slot_bytes;
-    uint32_t tx_next; /* fragments whose copy in is queued */
+    uint32_t tx_next; /* fragments whose copy in is queued (or committed in place) */
     void *tx_stream;
+    uint32_t tx_normal_upto, tx_inplace_upto; /* as rx_normal/inplace_upto */
+    int reserved; /* reserve_send gave out the next slot; commit_send follows */
+    size_t reserved_bytes;
     rcci_req_fifo_t sends, recvs;
     int64_t ctrl_next_ns;
     int announced; /* an announcement the drive took from the control connection */
@@ -245,10 +265,11 @@ static rcc_result_t cipc_setup(cipc_ctx_t *ctx, rcci_conn_t *ctrl, int peer_rank
     c->peer_rank = peer_rank;
     snprintf(c->self, sizeof c->self, "rank %d", ctx->env.rank);
     snprintf(c->peer, sizeof c->peer, "rank %d (cudaipc)", peer_rank);
+    c->rx_slot_bytes = (size_t)rcci_param_int(RCCI_PARAM_CUDAIPC_SLOT_BYTES) & ~(size_t)255;
     c->mine = (rcci_cipc_hello_t){.magic = RCCI_CIPC_HELLO_MAGIC,
                                   .version = RCCI_CIPC_VERSION,
                                   .slots = RCCI_CIPC_SLOTS,
-                                  .slot_bytes = RCCI_CIPC_SLOT_BYTES,
+                                  .slot_bytes = (uint32_t)c->rx_slot_bytes,
                                   .device = ctx->device,
                                   .pid = (int32_t)getpid(),
                                   .rank = ctx->env.rank};
@@ -261,7 +282,7 @@ static rcc_result_t cipc_setup(cipc_ctx_t *ctx, rcci_conn_t *ctrl, int peer_rank
         (res = dev->ipc_alloc(&p, sizeof(rcci_cipc_page_t), 1, c->mine.page_handle)) == RCC_SUCCESS)
         c->rx_page = p;
     if (res == RCC_SUCCESS &&
-        (res = dev->ipc_alloc(&p, (size_t)RCCI_CIPC_SLOTS * RCCI_CIPC_SLOT_BYTES, 0,
+        (res = dev->ipc_alloc(&p, (size_t)RCCI_CIPC_SLOTS * c->rx_slot_bytes, 0,
                               c->mine.slots_handle)) == RCC_SUCCESS)
         c->rx_slots = p;
     if (res == RCC_SUCCESS)
@@ -384,6 +405,9 @@ static rcc_result_t cipc_fail(rcci_conn_t *c, rcc_result_t res)
 
 static rcc_result_t cipc_failed(rcci_conn_t *c) { return rcci_error(c->failed, "%s", c->failure); }
 
+/* Whether counter `c` has reached count `n` (c >= n, modulo 2^32). */
+static int cipc_reached(uint32_t c, uint32_t n) { return (int32_t)(c - n) >= 0; }
+
 /* Queues the copies of the sends' fragments while the peer has free slots. */
 static rcc_result_t cipc_drive_sends(rcci_conn_t *c, int *moved)
 {
@@ -395,7 +419,9 @@ static rcc_result_t cipc_drive_sends(rcci_conn_t *c, int *moved)
             continue;
         while (r->posted < r->nfrags) {
             uint32_t tail = __atomic_load_n(&c->tx_page->tail, __ATOMIC_ACQUIRE);
-            if (!rcci_cipc_slot_free(c->tx_next, tail))
+            if (!rcci_cipc_slot_free(c->tx_next, tail) || c->reserved ||
+                !cipc_reached(__atomic_load_n(&c->tx_page->head, __ATOMIC_ACQUIRE),
+                              c->tx_inplace_upto))
                 return RCC_SUCCESS;
             uint32_t slot = c->tx_next % RCCI_CIPC_SLOTS;
             uint64_t off;
@@ -418,7 +444,7 @@ static rcc_result_t cipc_drive_sends(rcci_conn_t *c, int *moved)
             if (r->posted == 0)
                 r->first = c->tx_next;
             r->posted++;
-            c->tx_next++;
+            c->tx_normal_upto = ++c->tx_next;
             *moved = 1;
         }
         if (r->posted < r->nfrags)
@@ -443,12 +469,26 @@ static rcc_result_t cipc_drive_recvs(rcci_conn_t *c, int *moved)
                                                c->ctx->env.describe_sig);
             if (res != RCC_SUCCESS)
                 return cipc_fail(c, res);
+            uint32_t tail = __atomic_load_n(&c->rx_page->tail, __ATOMIC_ACQUIRE);
+            if (r->inplace) { /* there already: the engine reads it, then releases it */
+                if (!cipc_reached(tail, c->rx_normal_upto))
+                    return RCC_SUCCESS;
+                r->first = c->rx_next;
+                r->posted = 1;
+                r->landed = 1;
+                c->held[(c->held_first + c->held_count++) % RCCI_CIPC_SLOTS] = c->rx_next;
+                c->rx_inplace_upto = ++c->rx_next;
+                *moved = 1;
+                continue;
+            }
+            if (!cipc_reached(tail, c->rx_inplace_upto))
+                return RCC_SUCCESS;
             uint64_t off;
             size_t len;
-            rcci_cipc_frag_span(r->bytes, RCCI_CIPC_SLOT_BYTES, r->posted, &off, &len);
+            rcci_cipc_frag_span(r->bytes, c->rx_slot_bytes, r->posted, &off, &len);
             if (len)
-                res = dev->copy(r->buf + off, c->rx_slots + (size_t)slot * RCCI_CIPC_SLOT_BYTES,
-                                len, c->rx_stream);
+                res = dev->copy(r->buf + off, c->rx_slots + (size_t)slot * c->rx_slot_bytes, len,
+                                c->rx_stream);
             if (res == RCC_SUCCESS)
                 res = dev->write_flag(c->rx_stream, &c->rx_page->tail, c->rx_next + 1);
             if (res != RCC_SUCCESS)
@@ -456,7 +496,7 @@ static rcc_result_t cipc_drive_recvs(rcci_conn_t *c, int *moved)
             if (r->posted == 0)
                 r->first = c->rx_next;
             r->posted++;
-            c->rx_next++;
+            c->rx_normal_upto = ++c->rx_next;
             *moved = 1;
         }
     }
@@ -475,8 +515,9 @@ static void cipc_retire(rcci_conn_t *c, int *moved)
         r->complete = 1;
     }
     for (rcci_request_t *r = c->recvs.head; r && r->posted == r->nfrags; r = r->next) {
-        if (!r->complete && !rcci_cipc_passed(__atomic_load_n(&c->rx_page->tail, __ATOMIC_ACQUIRE),
-                                              r->first + r->nfrags - 1))
+        if (!r->complete && !r->landed &&
+            !rcci_cipc_passed(__atomic_load_n(&c->rx_page->tail, __ATOMIC_ACQUIRE),
+                              r->first + r->nfrags - 1))
             break;
         *moved |= !r->complete;
         r->complete = 1;
@@ -533,8 +574,8 @@ static rcc_result_t cipc_drive(rcci_conn_t *c)
     return RCC_SUCCESS;
 }
 
-static rcc_result_t cipc_post(rcci_conn_t *c, int is_send, const void *buf, size_t bytes,
-                              const rcci_tag_t *tag, rcci_request_t **out)
+static rcc_result_t cipc_post(rcci_conn_t *c, int is_send, int inplace, const void *buf,
+                              size_t bytes, const rcci_tag_t *tag, rcci_request_t **out)
 {
     if (c->failed != RCC_SUCCESS)
         return cipc_failed(c);
@@ -546,9 +587,10 @@ static rcc_result_t cipc_post(rcci_conn_t *c, int is_send, const void *buf, size
     r->bytes = bytes;
     r->tag = *tag;
     r->is_send = is_send;
+    r->inplace = inplace;
     /* A send's fragments are cut when it starts: the peer's slot size may
      * not be known yet (its hello). */
-    r->nfrags = is_send ? 0 : rcci_cipc_frags(bytes, RCCI_CIPC_SLOT_BYTES);
+    r->nfrags = is_send ? 0 : rcci_cipc_frags(bytes, c->rx_slot_bytes);
     rcci_req_fifo_push(is_send ? &c->sends : &c->recvs, r);
     *out = r;
     cipc_drive(c); /* a failure stays on the connection for test */
@@ -559,14 +601,14 @@ static rcc_result_t cipc_isend(rcci_conn_t *c, const void *buf, size_t bytes, co
                                rcci_mr_t *mr, rcci_request_t **req)
 {
     (void)mr;
-    return cipc_post(c, 1, buf, bytes, tag, req);
+    return cipc_post(c, 1, 0, buf, bytes, tag, req);
 }
 
 static rcc_result_t cipc_irecv(rcci_conn_t *c, void *buf, size_t bytes, const rcci_tag_t *tag,
                                rcci_mr_t *mr, rcci_request_t **req)
 {
     (void)mr;
-    return cipc_post(c, 0, buf, bytes, tag, req);
+    return cipc_post(c, 0, 0, buf, bytes, tag, req);
 }
 
 static rcc_result_t cipc_test(rcci_request_t *r, int *done)
@@ -628,6 +670,117 @@ static void cipc_notify(rcci_conn_t *c, rcc_result_t res, const char *text)
 
 static void cipc_announce(rcci_conn_t *c, const rcci_tag_t *tag) { CTRL->announce(c->ctrl, tag); }
 
+/* ---- in place (transport.h, version 4) ------------------------------------ */
+
+static size_t cipc_inplace_bytes(rcci_conn_t *c, int send)
+{
+    if (c->failed != RCC_SUCCESS)
+        return 0;
+    return send ? (c->hello_done ? c->tx_slot_bytes : 0) : c->rx_slot_bytes;
+}
+
+static rcc_result_t cipc_irecv_inplace(rcci_conn_t *c, size_t bytes, const rcci_tag_t *tag,
+                                       const void **data, rcci_request_t **out)
+{
+    if (bytes > c->rx_slot_bytes)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "cudaipc: an in-place receive of %zu bytes from %s exceeds its %zu-byte "
+                          "slot",
+                          bytes, c->peer, c->rx_slot_bytes);
+    /* Its fragment is the first past those the queued receives take. */
+    uint32_t frag = c->rx_next;
+    for (rcci_request_t *r = c->recvs.head; r; r = r->next)
+        frag += r->nfrags - r->posted;
+    rcc_result_t res = cipc_post(c, 0, 1, NULL, bytes, tag, out);
+    if (res == RCC_SUCCESS)
+        *data = c->rx_slots + (size_t)(frag % RCCI_CIPC_SLOTS) * c->rx_slot_bytes;
+    return res;
+}
+
+static rcc_result_t cipc_release(rcci_conn_t *c, void *stream)
+{
+    if (c->failed != RCC_SUCCESS)
+        return cipc_failed(c);
+    if (c->held_count == 0)
+        return rcci_error(RCC_ERR_INTERNAL, "cudaipc: release with no in-place receive held (%s)",
+                          c->peer);
+    uint32_t frag = c->held[c->held_first];
+    c->held_first = (c->held_first + 1) % RCCI_CIPC_SLOTS;
+    c->held_count--;
+    rcc_result_t res = c->ctx->dev->write_flag(stream, &c->rx_page->tail, frag + 1);
+    return res == RCC_SUCCESS ? RCC_SUCCESS : cipc_fail(c, res);
+}
+
+static rcc_result_t cipc_reserve_send(rcci_conn_t *c, size_t bytes, void **data)
+{
+    int ready = 0;
+    *data = NULL;
+    if (c->failed != RCC_SUCCESS)
+        return cipc_failed(c);
+    if (c->reserved)
+        return rcci_error(RCC_ERR_INTERNAL, "cudaipc: a second reserve_send before commit_send");
+    rcc_result_t res = cipc_hello(c, &ready);
+    if (res != RCC_SUCCESS)
+        return cipc_fail(c, res);
+    if (!ready)
+        return RCC_SUCCESS;
+    if (bytes > c->tx_slot_bytes)
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "cudaipc: an in-place send of %zu bytes to %s exceeds its %zu-byte slot",
+                          bytes, c->peer, c->tx_slot_bytes);
+    /* Messages leave in order: none of the queued sends may still be moving
+     * in, and their counter stores must have landed (the header comment). */
+    for (rcci_request_t *r = c->sends.head; r; r = r->next)
+        if (r->nfrags == 0 || r->posted < r->nfrags)
+            return RCC_SUCCESS;
+    if (!cipc_reached(__atomic_load_n(&c->tx_page->head, __ATOMIC_ACQUIRE), c->tx_normal_upto) ||
+        !rcci_cipc_slot_free(c->tx_next, __atomic_load_n(&c->tx_page->tail, __ATOMIC_ACQUIRE)))
+        return RCC_SUCCESS;
+    c->reserved = 1;
+    c->reserved_bytes = bytes;
+    *data = c->tx_slots + (size_t)(c->tx_next % RCCI_CIPC_SLOTS) * c->tx_slot_bytes;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t cipc_commit_send(rcci_conn_t *c, size_t bytes, const rcci_tag_t *tag,
+                                     void *stream, rcci_request_t **out)
+{
+    if (c->failed != RCC_SUCCESS)
+        return cipc_failed(c);
+    if (!c->reserved || bytes != c->reserved_bytes)
+        return rcci_error(RCC_ERR_INTERNAL,
+                          "cudaipc: commit_send of %zu bytes to %s without its reserve_send", bytes,
+                          c->peer);
+    rcci_request_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return rcci_error(RCC_ERR_NO_MEMORY, "cudaipc request");
+    uint32_t slot = c->tx_next % RCCI_CIPC_SLOTS;
+    rcci_cipc_hdr_t *h = &c->tx_page->hdr[slot];
+    h->seq = tag->seq;
+    h->frag = 0;
+    h->bytes = bytes;
+    memcpy(h->sig, tag->sig, RCCI_SIG_BYTES);
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* the header before the counter */
+    rcc_result_t res = c->ctx->dev->write_flag(stream, &c->tx_page->head, c->tx_next + 1);
+    if (res != RCC_SUCCESS) {
+        free(r);
+        return cipc_fail(c, res);
+    }
+    *r = (rcci_request_t){.conn = c,
+                          .bytes = bytes,
+                          .tag = *tag,
+                          .is_send = 1,
+                          .inplace = 1,
+                          .nfrags = 1,
+                          .posted = 1,
+                          .first = c->tx_next};
+    rcci_req_fifo_push(&c->sends, r);
+    c->tx_inplace_upto = ++c->tx_next;
+    c->reserved = 0;
+    *out = r;
+    return RCC_SUCCESS;
+}
+
 const rcci_transport_t rcci_transport_cudaipc = {
     .abi = RCCI_TRANSPORT_ABI,
     .size = sizeof(rcci_transport_t),
@@ -653,4 +806,9 @@ const rcci_transport_t rcci_transport_cudaipc = {
     .notify = cipc_notify,
     .announce = cipc_announce,
     .sweep_listener = cipc_sweep_listener,
+    .inplace_bytes = cipc_inplace_bytes,
+    .irecv_inplace = cipc_irecv_inplace,
+    .release = cipc_release,
+    .reserve_send = cipc_reserve_send,
+    .commit_send = cipc_commit_send,
 };

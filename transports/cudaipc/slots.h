@@ -30,11 +30,13 @@
 #include "transport.h"
 
 /* 8 slots keep several fragments in flight each way, as the engine keeps
- * RCC_SLOTS chunks in flight; 2 MiB fragments keep the per-fragment cost
- * (a host poll of the counter, a copy launch: microseconds) small beside the
- * copy (about 1.5 us at 1.5 TB/s). Both ends announce theirs in the hello. */
+ * RCC_SLOTS chunks in flight. The slot size is the receiver's
+ * RCC_CUDAIPC_SLOT_BYTES (8 MiB by default), announced in the hello: large
+ * enough that the per-fragment cost (a host poll of the counter, a launch:
+ * microseconds) is small beside the work on it, and that the engine's
+ * device chunks (RCC_DEVICE_CHUNK_BYTES) fit one slot, so they are reduced
+ * where they land (in place: transport.h). */
 #define RCCI_CIPC_SLOTS 8
-#define RCCI_CIPC_SLOT_BYTES (2u << 20)
 
 /* What the sender says about a fragment. */
 typedef struct {

@@ -1025,6 +1025,7 @@ const rcci_transport_t rcci_transport_ibverbs = {
     .irecv = verbs_irecv,
     .test = verbs_test,
     .write = rcci_transport_unsupported_write,
+    RCCI_TRANSPORT_NO_INPLACE,
     .wait_fd = verbs_wait_fd,
     .close = verbs_close,
     .probe = verbs_probe,
