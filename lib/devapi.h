@@ -78,6 +78,11 @@ typedef struct rcci_devapi {
      * the reason (RCC_ERR_PEER_LOST when the exporter is gone). */
     rcc_result_t (*ipc_open)(const void *handle, void **p);
     void (*ipc_close)(void *p);
+
+    /* -- appended for the in-place device ring; NULL: two copies do. -- */
+    /* Enqueue: `bytes` of src copied to dst and to dst2 in one pass (src
+     * read once); bit for bit; none of them overlap. */
+    rcc_result_t (*copy2)(void *dst, void *dst2, const void *src, size_t bytes, void *stream);
 } rcci_devapi_t;
 
 /* Size of an ipc_alloc handle (CUDA's cudaIpcMemHandle_t is 64 bytes). */

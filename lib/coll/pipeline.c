@@ -366,15 +366,20 @@ static rcc_result_t pipe_land_device(struct rcc_comm *comm, rcci_exec_t *x,
     rcc_result_t res = pipe_forward_to(comm, x, x->recv_landed, step, &fwd, &fused);
     if (res != RCC_SUCCESS)
         return res;
-    if (step->local && fwd)
+    if (step->local && fused && step->forward_only) /* only the next rank needs it */
+        res = x->dev->reduce(fwd, step->local, in, step->count, op->dtype, op->redop,
+                             step->divisor, x->dstream);
+    else if (step->local && fwd)
         res = x->dev->reduce_copy(step->out, fwd, step->local, in, step->count, op->dtype, op->redop,
                                   step->divisor, x->dstream);
     else if (step->local)
         res = x->dev->reduce(step->out, step->local, in, step->count, op->dtype, op->redop,
                              step->divisor, x->dstream);
+    else if (fwd && in != step->dst && x->dev->copy2) /* read once, written twice */
+        res = x->dev->copy2(step->dst, fwd, in, bytes, x->dstream);
     else if (in != step->dst) /* a direct receive that is not in place is there already */
         res = x->dev->copy(step->dst, in, bytes, x->dstream);
-    if (res == RCC_SUCCESS && fwd && !step->local)
+    if (res == RCC_SUCCESS && fwd && !step->local && (in == step->dst || !x->dev->copy2))
         res = x->dev->copy(fwd, in, bytes, x->dstream);
     if (res == RCC_SUCCESS && x->rview[k])
         res = x->rl->tr->release(x->rl->conns[x->recv_landed % x->rnconns], x->dstream);

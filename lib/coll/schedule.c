@@ -136,12 +136,15 @@ void rcci_schedule_recv(const rcci_schedule_t *s, size_t item, rcci_recv_step_t 
             out->divisor = s->nranks;
         if (s->coll != RCCI_COLL_REDUCE_SCATTER) {
             out->out = s->recvbuf + off;
+            /* A partial sum there is overwritten by the allgather's receive. */
+            out->forward_only = !it.last_reduce;
         } else if (it.last_reduce) { /* the segment this rank owns: block `rank` */
             rcci_span_t seg =
                 rcci_ring_segment(s->count * (size_t)s->nranks, s->nranks, it.segment);
             out->out = s->recvbuf + (it.span.offset - seg.offset) * s->esize;
         } else {
             /* Scratch half step%2 was last read by the send of step-1. */
+            out->forward_only = 1;
             out->out = sched_scratch(s, it.step, &it);
             out->guard = (long)item - (long)s->ring.nchunks;
         }
@@ -163,5 +166,6 @@ void rcci_schedule_recv(const rcci_schedule_t *s, size_t item, rcci_recv_step_t 
     } else {
         out->out = s->stage + (item % s->slots) * s->chunk_elems * s->esize;
         out->guard = (long)item - (long)s->slots;
+        out->forward_only = 1;
     }
 }

@@ -50,7 +50,8 @@ typedef struct {
     const char *local; /* reduce: the local operand */
     char *out;         /* reduce: the result */
     int divisor;
-    long guard; /* -1: none */
+    long guard;       /* -1: none */
+    int forward_only; /* reduce: `out` is read by nothing but the send that forwards it */
 } rcci_recv_step_t;
 
 typedef struct {

@@ -362,4 +362,5 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .ipc_free = cuda_ipc_free,
     .ipc_open = cuda_ipc_open,
     .ipc_close = cuda_ipc_close,
+    .copy2 = rcci_cuda_copy2,
 };

@@ -187,8 +187,9 @@ typedef RedFloat<uint16_t, RedW32, red_b2f, red_f2b> RedBF16;
  * The kernel
  * ------------------------------------------------------------------------- */
 
-/* RED_DIV is rcci_divide's operation: one input. RCC_AVG here always has d > 1. */
-enum { RED_DIV = RCC_AVG + 1 };
+/* RED_DIV is rcci_divide's operation: one input. RED_COPY copies its one input (bits, no
+ * arithmetic: rcci_cuda_copy2). RCC_AVG here always has d > 1. */
+enum { RED_DIV = RCC_AVG + 1, RED_COPY };
 
 template <class K, int OP>
 static __device__ __forceinline__ typename K::S red_apply(typename K::S p, typename K::S q, int d)
@@ -199,6 +200,7 @@ static __device__ __forceinline__ typename K::S red_apply(typename K::S p, typen
     case RCC_MAX: return K::gt(p, q) ? p : q;
     case RCC_MIN: return K::lt(p, q) ? p : q;
     case RCC_AVG: return K::avg(p, q, d);
+    case RED_COPY: return p;
     default: return K::div(p, d);
     }
 }
@@ -220,7 +222,7 @@ template <class K, int OP> __global__ void __launch_bounds__(RCCI_CUDA_BLOCK) re
         uint4 u;
         S s[LANES];
     };
-    const bool unary = OP == RED_DIV;
+    const bool unary = OP == RED_DIV || OP == RED_COPY;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
 
@@ -355,6 +357,7 @@ static rcc_result_t red_dispatch_op(void *dst, void *dst2, const void *a, const 
             return red_launch<K, RCC_AVG>(dst, dst2, a, b, n, d, s);
         return red_launch<K, RCC_SUM>(dst, dst2, a, b, n, d, s);
     case RED_DIV: return red_launch<K, RED_DIV>(dst, dst2, a, NULL, n, d, s);
+    case RED_COPY: return red_launch<K, RED_COPY>(dst, dst2, a, NULL, n, d, s);
     default: return rcci_error(RCC_ERR_INVALID_ARGUMENT, "CUDA reduction: invalid op %d", op);
     }
 }
@@ -402,6 +405,22 @@ extern "C" rcc_result_t rcci_cuda_reduce(void *dst, const void *a, const void *b
                                          void *stream)
 {
     return rcci_cuda_reduce_copy(dst, NULL, a, b, n, dtype, op, divisor, stream);
+}
+
+extern "C" rcc_result_t rcci_cuda_copy2(void *dst, void *dst2, const void *src, size_t bytes,
+                                        void *stream)
+{
+    /* The widest word every pointer and the length are aligned to: vectors need the same
+     * offset modulo 16 besides (red_launch), and words beat bytes where they do not. */
+    uintptr_t all = (uintptr_t)dst | (uintptr_t)dst2 | (uintptr_t)src | (uintptr_t)bytes;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (bytes == 0)
+        return RCC_SUCCESS;
+    if (all % 8 == 0)
+        return red_launch<RedU64, RED_COPY>(dst, dst2, src, NULL, bytes / 8, 1, s);
+    if (all % 4 == 0)
+        return red_launch<RedU32, RED_COPY>(dst, dst2, src, NULL, bytes / 4, 1, s);
+    return red_launch<RedU8, RED_COPY>(dst, dst2, src, NULL, bytes, 1, s);
 }
 
 extern "C" rcc_result_t rcci_cuda_divide(void *dst, const void *src, size_t n, rcc_datatype_t dtype,

@@ -1,8 +1,9 @@
 /*
  * The CUDA reduction kernels (lib/cuda/reduce_cuda.h) against the host reductions (lib/reduce.h),
  * bit for bit: every dtype x op, odd sizes, aligned and misaligned buffers, in place, the fused
- * reduce-and-copy and divide. Inputs are random with special values mixed in (NaN of both signs
- * and several payloads, signalling NaN, +-Inf, +-0, subnormals, the largest finite values).
+ * reduce-and-copy, divide, and the two-destination copy. Inputs are random with special values
+ * mixed in (NaN of both signs and several payloads, signalling NaN, +-Inf, +-0, subnormals, the
+ * largest finite values).
  *
  * Plain C, no Check (the GPU machine has none, and Check forks: no CUDA context may exist in a
  * process that forks). One line per case, a summary, exit status 0 (all passed), 1 (a failure),
@@ -257,6 +258,44 @@ static void run_case(struct bufs *bf, rcc_datatype_t dt, int op, int kind, size_
     free(got2);
 }
 
+/* rcci_cuda_copy2: random bytes to two destinations, bit for bit, at byte offsets that give
+ * every word width (8, 4, 1) with and without the vector body. */
+static void run_copy2(struct bufs *bf, size_t bytes, const size_t offs[3])
+{
+    unsigned char *h = malloc(bytes + 1), *got = malloc(bytes + 1), *got2 = malloc(bytes + 1);
+    if (!h || !got || !got2) {
+        printf("FAIL out of host memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < bytes; i++)
+        h[i] = (unsigned char)rnd();
+    bufs_grow(bf, bytes + 64);
+    unsigned char *src = bf->dev[0] + offs[0], *dst = bf->dev[2] + offs[1],
+                  *dst2 = bf->dev[3] + offs[2];
+    CU(cudaMemcpy(src, h, bytes, cudaMemcpyHostToDevice));
+    CU(cudaMemset(dst, 0xa5, bytes + 1));
+    CU(cudaMemset(dst2, 0x5a, bytes + 1));
+    rcc_result_t res = rcci_cuda_copy2(dst, dst2, src, bytes, NULL);
+    cudaError_t err = cudaDeviceSynchronize();
+    int ok = res == RCC_SUCCESS && err == cudaSuccess;
+    if (ok) {
+        CU(cudaMemcpy(got, dst, bytes + 1, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(got2, dst2, bytes + 1, cudaMemcpyDeviceToHost));
+        ok = !memcmp(got, h, bytes) && !memcmp(got2, h, bytes) && got[bytes] == 0xa5 &&
+             got2[bytes] == 0x5a; /* and not a byte past the end */
+    }
+    if (ok) {
+        g_pass++;
+    } else {
+        g_fail++;
+        printf("FAIL copy2 of %zu bytes, offsets %zu,%zu,%zu: %s %s\n", bytes, offs[0], offs[1],
+               offs[2], rcc_result_name(res), cudaGetErrorString(err));
+    }
+    free(h);
+    free(got);
+    free(got2);
+}
+
 int main(int argc, char **argv)
 {
     char why[256];
@@ -300,6 +339,12 @@ int main(int argc, char **argv)
                 run_case(&bf, dt, 0, K_DIVIDE, sizes[s], offsets[o], 1);
             }
     }
+
+    const size_t copy_sizes[] = {1, 3, 4, 8, 1000, 4096, (1u << 20) + 5, 8u << 20};
+    const size_t copy_offs[5][3] = {{0, 0, 0}, {8, 8, 8}, {4, 4, 4}, {1, 1, 1}, {0, 4, 3}};
+    for (size_t s = 0; s < sizeof copy_sizes / sizeof *copy_sizes; s++)
+        for (int o = 0; o < 5; o++)
+            run_copy2(&bf, copy_sizes[s], copy_offs[o]);
 
     /* Invalid arguments are refused before anything is launched. */
     if (rcci_cuda_reduce(bf.dev[2], bf.dev[0], bf.dev[1], 1, (rcc_datatype_t)NDTYPES, RCC_SUM, 1,

@@ -323,7 +323,7 @@ static rcc_result_t fake_reduce_copy(void *dst, void *dst2, const void *a, const
 {
     if (dst2)
         atomic_fetch_add(&reduce_copies, 1);
-    if (dst2 && mem_kind(dst2) == 2)
+    if ((dst2 && mem_kind(dst2) == 2) || mem_kind(dst) == 2)
         atomic_fetch_add(&fused_sends, 1);
     if (mem_kind(b) == 1)
         atomic_fetch_add(&slot_reads, 1);
@@ -343,6 +343,15 @@ static rcc_result_t fake_reduce(void *dst, const void *a, const void *b, size_t 
                                rcc_datatype_t dtype, rcc_redop_t op, int divisor, void *stream)
 {
     return fake_reduce_copy(dst, NULL, a, b, n, dtype, op, divisor, stream);
+}
+
+static rcc_result_t fake_copy2(void *dst, void *dst2, const void *src, size_t n, void *stream)
+{
+    if (mem_kind(dst2) == 2)
+        atomic_fetch_add(&fused_sends, 1);
+    stream_push(stream, (item_t){.kind = ITEM_COPY, .dst = dst, .src = src, .n = n});
+    stream_push(stream, (item_t){.kind = ITEM_COPY, .dst = dst2, .src = src, .n = n});
+    return RCC_SUCCESS;
 }
 
 static rcc_result_t fake_event_record(void *event, void *stream)
@@ -439,6 +448,7 @@ static const rcci_devapi_t fake_api = {
     .ipc_free = fake_ipc_release,
     .ipc_open = fake_ipc_open,
     .ipc_close = fake_ipc_release,
+    .copy2 = fake_copy2,
 };
 
 void fakedev_install(void) { rcci_devapi_set(&fake_api); }

@@ -31,8 +31,9 @@ int fakedev_stream_sync(void *stream, double timeout_s);
 size_t fakedev_reduce_copies(void);
 /* Of the reductions queued: those whose received operand was read in the
  * receive slot it landed in (exported memory: the cudaipc transport's,
- * in place), and those that also wrote their result into a peer's mapped
- * memory (the next rank's slot: the send fused with the reduction). */
+ * in place); and of the reductions and copy2s, those that wrote their
+ * result into a peer's mapped memory (the next rank's slot: the send fused
+ * with the work that lands the receive). */
 size_t fakedev_slot_reads(void);
 size_t fakedev_fused_sends(void);
 
