@@ -151,6 +151,7 @@ struct rcc_comm {
      * moves device memory (cudaipc), for collectives on device buffers;
      * nconns 0 where an edge has none. */
     rcci_link_t dsend_link, drecv_link;
+    int devring_whole; /* every edge of the ring has a device connection (the same on all ranks) */
     rcci_p2p_links_t p2p;
     int poll_ms;           /* set by an executor waiting on something epoll cannot see */
     int spin_score;        /* progress.c: how often polling before sleeping was in vain */
@@ -335,9 +336,10 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
                                     const struct rcci_devapi *dev, void *dstream, char *pinned,
                                     char *dscratch, char *dslots, rcci_exec_t **exec);
 size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
-/* The chunk size of device operations: RCC_DEVICE_CHUNK_BYTES when both
- * edges of the device ring exist (the same on every rank: the ring is made
- * on all ranks or none), else chunk_bytes (staged through host memory). */
+/* The chunk size of device operations: RCC_DEVICE_CHUNK_BYTES when every
+ * edge of the ring has a device connection (devring_whole: the same on
+ * every rank, as chunks must be), else chunk_bytes (some edges, or all,
+ * staged through host memory). */
 size_t rcci_coll_device_chunk_bytes(const struct rcc_comm *comm);
 /* Whether device chunks fit the device ring's receive slots, so receives
  * are reduced where they land (in place) and need no `dslots`. */

@@ -221,10 +221,13 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
 {
     rcc_result_t res = RCC_SUCCESS;
     int n = comm->nranks, prev = (comm->rank + n - 1) % n;
-    int any = 0, send_tr = -1, recv_tr = -1, idx;
+    int any = 0, all = 1, send_tr = -1, recv_tr = -1, idx;
     char send_why[200] = "", recv_why[200] = "", why[200];
-    for (int r = 0; r < n; r++)
-        any |= devring_edge(comm, info, transports, r, &idx, why, sizeof why);
+    for (int r = 0; r < n; r++) {
+        int edge = devring_edge(comm, info, transports, r, &idx, why, sizeof why);
+        any |= edge;
+        all &= edge;
+    }
     if (!any) { /* no rank makes one: no extra round through the bootstrap */
         devring_edge(comm, info, transports, comm->rank, &idx, send_why, sizeof send_why);
         RCC_INFO("device ring: none (%s); device buffers are staged through host memory", send_why);
@@ -284,6 +287,7 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
             goto out;
     }
     RCC_CHECK(devring_first_message(comm, deadline));
+    comm->devring_whole = all;
     RCC_INFO("device ring: sends to rank %d %s%s%s, receives from rank %d %s%s%s",
              (comm->rank + 1) % n, send_tr >= 0 ? "via " : "staged through host memory (",
              send_tr >= 0 ? rcci_transports[send_tr]->name : send_why, send_tr >= 0 ? "" : ")",

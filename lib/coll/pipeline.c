@@ -187,8 +187,7 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
 
 size_t rcci_coll_device_chunk_bytes(const struct rcc_comm *comm)
 {
-    return comm->dsend_link.nconns > 0 && comm->drecv_link.nconns > 0 ? comm->dev_chunk_bytes
-                                                                      : comm->chunk_bytes;
+    return comm->devring_whole ? comm->dev_chunk_bytes : comm->chunk_bytes;
 }
 
 int rcci_coll_device_inplace(const struct rcc_comm *comm)

@@ -11,10 +11,13 @@
  * tests/gpu/test_cudaipc_gpu.c runs the collectives on a real GPU.
  */
 #include <check.h>
+#include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../check_main.h"
@@ -123,6 +126,61 @@ END_TEST
 START_TEST(device_ring_fragmented)
 {
     ck_assert_int_eq(mp_run(3, rank_collectives, "fragmented", 300), 0);
+}
+END_TEST
+
+/* A ring across two "hosts": rank 2 of 4 has a host name of its own (a UTS
+ * namespace), so the edges 1->2 and 2->3 are staged through host memory
+ * over TCP while 3->0 and 0->1 move GPU to GPU. Device chunks must be cut
+ * alike on every rank (the host chunk: the ring is not whole), and every
+ * kind of collective comes out right. */
+static int other_host(void)
+{
+    return unshare(CLONE_NEWUTS) == 0 && sethostname("ringcc-other-host", 17) == 0 ? 0 : -1;
+}
+
+static int rank_two_hosts(int rank, int n, void *arg)
+{
+    (void)arg;
+    if (rank == 2 && other_host())
+        MP_FAIL("rank 2: a host name of its own: %s", strerror(errno));
+    setenv("RCC_ALGO", "ring", 1);
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(60000);
+    struct rcc_comm *c = comm;
+    int want_send = rank == 3 || rank == 0, want_recv = rank == 0 || rank == 1;
+    if ((c->dsend_link.nconns > 0) != want_send || (c->drecv_link.nconns > 0) != want_recv ||
+        c->devring_whole)
+        MP_FAIL("rank %d: device edges send %d, receive %d, whole %d; expected %d, %d, 0", rank,
+                c->dsend_link.nconns, c->drecv_link.nconns, c->devring_whole, want_send,
+                want_recv);
+    void *stream = fakedev_stream_create();
+    int bad = 0;
+    unsigned seed = 11;
+    for (int kind = 0; kind < K_NKINDS; kind++)
+        for (size_t d = 0; d < 3; d++) {
+            rcc_redop_t op = (rcc_redop_t)((d + (size_t)kind) % RCC_NUM_OPS);
+            /* Segments of 3 MiB: chunks of 384 KiB by the device chunk, 256 KiB by the host's. */
+            size_t count = (size_t)(12u << 20) / rcc_datatype_size(dtypes[d]) + 5;
+            bad |= run_case(comm, stream, rank, n, (kind_t)kind, count, dtypes[d], op, seed++);
+        }
+    fakedev_stream_destroy(stream);
+    return td_finish(comm, bad);
+}
+
+START_TEST(device_ring_across_hosts)
+{
+    pid_t pid = fork(); /* whether a UTS namespace can be made here at all */
+    if (pid == 0)
+        _exit(other_host() ? 1 : 0);
+    int status = 1;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        printf("SKIP: device_ring_across_hosts: cannot make a UTS namespace (needs "
+               "CAP_SYS_ADMIN) to give a rank a host of its own\n");
+        return;
+    }
+    ck_assert_int_eq(mp_run(4, rank_two_hosts, NULL, 300), 0);
 }
 END_TEST
 
@@ -240,6 +298,7 @@ static Suite *cudaipc_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, device_ring_collectives, 2, 6);
     tcase_add_test(tc, device_ring_fragmented);
+    tcase_add_test(tc, device_ring_across_hosts);
     tcase_add_test(tc, transport_forced_to_tcp);
     tcase_add_loop_test(tc, peer_death_while_mapped, 2, 4);
     tcase_add_test(tc, no_peer_access_goes_without);
