@@ -32,9 +32,9 @@
       "64 bytes)")                                                                                 \
     X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \
     X(DEVICE_CHUNK_BYTES, INT, "8M", 4096, 1073741824,                                            \
-      "chunk size of collectives on device buffers that run GPU to GPU (the device ring, "        \
-      "cudaipc); chunks that fit a cudaipc slot are reduced where they land; must be the same "   \
-      "on every rank")                                                                            \
+      "chunk size of collectives on device buffers where every ring edge moves GPU to GPU (the "  \
+      "device ring, cudaipc); chunks that fit a cudaipc slot are reduced where they land; must "  \
+      "be the same on every rank")                                                                \
     X(CUDAIPC_SLOT_BYTES, INT, "8M", 65536, 268435456,                                             \
       "cudaipc transport: bytes per receive slot (8 per connection, device memory); a message "   \
       "larger fills several and is copied out of them")                                           \

@@ -111,18 +111,23 @@ static rcc_result_t pipe_scratch(struct rcc_comm *comm, size_t bytes)
 /* Chunks of RCC_CHUNK_BYTES, but at least PIPE_MIN_CHUNKS per segment (down
  * to PIPE_FLOOR_BYTES): a mid-sized buffer cut into two chunks per segment
  * leaves the pipeline mostly empty (4 ranks, 4 MiB: 9.8 ms with 512K chunks,
- * 8.2 ms with 128K). Depends only on the operation and the rank count, so
- * every rank cuts alike. */
+ * 8.2 ms with 128K). On the device ring (RCC_DEVICE_CHUNK_BYTES) at least
+ * PIPE_DEVICE_MIN_CHUNKS: there each chunk costs a launch, a counter poll
+ * and, with ranks sharing a GPU, a switch between their contexts, so the
+ * chunk size is left to the parameter, and two chunks still overlap one's
+ * move with the other's reduction. Depends only on the operation, the rank
+ * count and whether the device ring is whole, so every rank cuts alike. */
 #define PIPE_MIN_CHUNKS 8
+#define PIPE_DEVICE_MIN_CHUNKS 2
 #define PIPE_FLOOR_BYTES (64 * 1024)
 
 static size_t pipe_chunk_elems(const struct rcc_comm *comm, const rcci_op_t *op, size_t esize,
-                               size_t chunk_bytes)
+                               size_t chunk_bytes, size_t min_chunks)
 {
     int blocks = op->coll == RCCI_COLL_REDUCE_SCATTER || op->coll == RCCI_COLL_ALLGATHER;
     int chain = op->coll == RCCI_COLL_BROADCAST || op->coll == RCCI_COLL_REDUCE;
     size_t segment = (blocks || chain ? op->count : op->count / (size_t)comm->nranks) * esize;
-    size_t bytes = segment / PIPE_MIN_CHUNKS;
+    size_t bytes = segment / min_chunks;
     if (bytes < PIPE_FLOOR_BYTES)
         bytes = PIPE_FLOOR_BYTES;
     if (bytes > chunk_bytes)
@@ -133,7 +138,7 @@ static size_t pipe_chunk_elems(const struct rcc_comm *comm, const rcci_op_t *op,
 /* `scratch`: where partial results go (reduce-scatter's two segments, or
  * reduce's `slots` chunks); NULL: the communicator's host areas. */
 static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scratch,
-                               size_t chunk_bytes, rcci_exec_t **out)
+                               size_t chunk_bytes, size_t min_chunks, rcci_exec_t **out)
 {
     rcci_exec_t *x = calloc(1, sizeof *x);
     if (!x)
@@ -159,7 +164,8 @@ static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scrat
                                  .scratch = scratch ? scratch : comm->scratch,
                                  .stage = scratch ? scratch : comm->stage_mem,
                                  .slots = (size_t)comm->slots,
-                                 .chunk_elems = pipe_chunk_elems(comm, op, esize, chunk_bytes)};
+                                 .chunk_elems =
+                                     pipe_chunk_elems(comm, op, esize, chunk_bytes, min_chunks)};
     rcci_schedule_init(&x->sched);
     /* The operation's whole buffer, the same on every rank. */
     size_t nblocks = op->coll == RCCI_COLL_REDUCE_SCATTER || op->coll == RCCI_COLL_ALLGATHER
@@ -182,7 +188,7 @@ static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scrat
 
 rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **out)
 {
-    return pipe_start(comm, op, NULL, comm->chunk_bytes, out);
+    return pipe_start(comm, op, NULL, comm->chunk_bytes, PIPE_MIN_CHUNKS, out);
 }
 
 size_t rcci_coll_device_chunk_bytes(const struct rcc_comm *comm)
@@ -253,7 +259,9 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op, const 
                                     rcci_exec_t **out)
 {
     size_t chunk = rcci_coll_device_chunk_bytes(comm);
-    rcc_result_t res = pipe_start(comm, op, dscratch, chunk, out);
+    rcc_result_t res = pipe_start(comm, op, dscratch, chunk,
+                                  comm->devring_whole ? PIPE_DEVICE_MIN_CHUNKS : PIPE_MIN_CHUNKS,
+                                  out);
     rcci_exec_t *x = *out;
     if (res != RCC_SUCCESS)
         return res;
