@@ -35,6 +35,10 @@
       "chunk size of collectives on device buffers where every ring edge moves GPU to GPU (the "  \
       "device ring, cudaipc); chunks that fit a cudaipc slot are reduced where they land; must "  \
       "be the same on every rank")                                                                \
+    X(CUDAIPC_INPLACE, INT, "1", 0, 1,                                                             \
+      "cudaipc transport: 1 lets the engine reduce chunks in the receive slot they landed in and " \
+      "write results into the next rank's slot; 0 copies every message in and out (for "         \
+      "comparison)")                                                                              \
     X(CUDAIPC_SLOT_BYTES, INT, "8M", 65536, 268435456,                                             \
       "cudaipc transport: bytes per receive slot (8 per connection, device memory); a message "   \
       "larger fills several and is copied out of them")                                           \

@@ -14,8 +14,9 @@
 #                              of device buffers on a stream (GPU to GPU over cudaipc) beside
 #                              host buffers (over TCP), up to 256 MiB, with the ring's
 #                              memory-traffic bound (bound us, dev/bound)
-#   streamperf-chunk-C.txt     4 ranks at 256 MiB with RCC_DEVICE_CHUNK_BYTES C = 2M and 32M
-#   streamperf-tcp-4.txt       the same with RCC_TRANSPORT=tcp at 64 and 256 MiB, 4 ranks: device
+#   streamperf-R.txt           4 ranks at 256 MiB: R = chunk-2M, chunk-32M (RCC_DEVICE_CHUNK_BYTES),
+#                              copied (RCC_CUDAIPC_INPLACE=0: copies in and out of the slots)
+#   streamperf-tcp-4.txt       streamperf with RCC_TRANSPORT=tcp at 64 and 256 MiB, 4 ranks: device
 #                              buffers staged over TCP (issue 6's path, issue 7's 5x reference)
 #   shim-torch.log             tests/shim/run-torch.sh (skipped where python3 has no CUDA torch)
 #   summary.txt                what is printed at the end
@@ -28,7 +29,7 @@
 set -u
 
 if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 mkdir -p "$1" || exit 2
@@ -98,11 +99,16 @@ for n in 2 4; do
     rc=$?
     [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 done
-# The device chunk's effect at 256 MiB, 4 ranks (8 MiB, the default, is in streamperf-4): 2 MiB,
-# and 32 MiB with slots to match (in place needs the chunk to fit a slot).
-for chunk in 2M 32M; do
-    stage "streamperf-chunk-$chunk" 45 "$out/streamperf-chunk-$chunk.txt" \
-        env RCC_DEVICE_CHUNK_BYTES=$chunk RCC_CUDAIPC_SLOT_BYTES=$([ $chunk = 32M ] && echo 32M || echo 8M) \
+# At 256 MiB, 4 ranks, beside streamperf-4 (8 MiB chunks, in place): 2 MiB and 32 MiB device
+# chunks (with slots to match: in place needs the chunk to fit a slot), and the copies in and out
+# of the slots instead of in place (RCC_CUDAIPC_INPLACE=0).
+for run in chunk-2M chunk-32M copied; do
+    case $run in
+    chunk-2M) settings=(RCC_DEVICE_CHUNK_BYTES=2M) ;;
+    chunk-32M) settings=(RCC_DEVICE_CHUNK_BYTES=32M RCC_CUDAIPC_SLOT_BYTES=32M) ;;
+    copied) settings=(RCC_CUDAIPC_INPLACE=0) ;;
+    esac
+    stage "streamperf-$run" 45 "$out/streamperf-$run.txt" env "${settings[@]}" \
         "$build/tools/ringcc-run" -n 4 "$build/bench/ringcc-streamperf" -b 256M -e 256M -n 5 -w 1 -r 1
     rc=$?
     [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
@@ -128,9 +134,9 @@ rc=$?
         echo "--- ringcc-streamperf, $n ranks on one GPU"
         cat "$out/streamperf-$n.txt"
     done
-    for chunk in 2M 32M; do
-        echo "--- ringcc-streamperf, 4 ranks, RCC_DEVICE_CHUNK_BYTES=$chunk"
-        cat "$out/streamperf-chunk-$chunk.txt"
+    for run in chunk-2M chunk-32M copied; do
+        echo "--- ringcc-streamperf, 4 ranks, 256 MiB, $run"
+        cat "$out/streamperf-$run.txt"
     done
     echo "--- ringcc-streamperf, 4 ranks, RCC_TRANSPORT=tcp"
     cat "$out/streamperf-tcp-4.txt"

@@ -81,17 +81,19 @@ static const rcc_datatype_t dtypes[] = {RCC_FLOAT32, RCC_BFLOAT16, RCC_INT64, RC
 /* Every kind, dtype and op at sizes that cut into several chunks and into
  * ragged ends. In place (arg NULL): device chunks of 1 MiB fit the 8 MiB
  * receive slots, so every receive must be reduced in its slot and the sends
- * that forward reductions written by them. Fragmented (arg non-NULL): 1 MiB
+ * that forward reductions written by them. Fragmented: 1 MiB
  * chunks over 64 KiB slots, each large message cut into 16 fragments copied
  * out of the slots, while the small ones still go in place: both kinds on
- * one connection. */
+ * one connection. Copied: RCC_CUDAIPC_INPLACE=0, nothing in place. */
 static int rank_collectives(int rank, int n, void *arg)
 {
-    int fragmented = arg != NULL;
+    int fragmented = arg && !strcmp(arg, "fragmented"), copied = arg && !strcmp(arg, "copied");
     setenv("RCC_ALGO", "ring", 1); /* the pipelined ring: the path the device ring serves */
     setenv("RCC_DEVICE_CHUNK_BYTES", "1048579", 1);
     if (fragmented)
         setenv("RCC_CUDAIPC_SLOT_BYTES", "65536", 1);
+    if (copied)
+        setenv("RCC_CUDAIPC_INPLACE", "0", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(60000);
     struct rcc_comm *c = comm;
@@ -110,10 +112,9 @@ static int rank_collectives(int rank, int n, void *arg)
         }
     fakedev_stream_destroy(stream);
     size_t reads = fakedev_slot_reads(), fused = fakedev_fused_sends();
-    if (!fragmented && (!reads || !fused))
-        MP_FAIL("rank %d: %zu reductions read their slot, %zu wrote the next rank's: expected "
-                "some of each",
-                rank, reads, fused);
+    if (copied ? reads || fused : !fragmented && (!reads || !fused))
+        MP_FAIL("rank %d: %zu reductions read their slot, %zu wrote the next rank's: expected %s",
+                rank, reads, fused, copied ? "none (RCC_CUDAIPC_INPLACE=0)" : "some of each");
     return td_finish(comm, bad);
 }
 
@@ -126,6 +127,12 @@ END_TEST
 START_TEST(device_ring_fragmented)
 {
     ck_assert_int_eq(mp_run(3, rank_collectives, "fragmented", 300), 0);
+}
+END_TEST
+
+START_TEST(device_ring_copied)
+{
+    ck_assert_int_eq(mp_run(3, rank_collectives, "copied", 300), 0);
 }
 END_TEST
 
@@ -298,6 +305,7 @@ static Suite *cudaipc_suite(void)
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, device_ring_collectives, 2, 6);
     tcase_add_test(tc, device_ring_fragmented);
+    tcase_add_test(tc, device_ring_copied);
     tcase_add_test(tc, device_ring_across_hosts);
     tcase_add_test(tc, transport_forced_to_tcp);
     tcase_add_loop_test(tc, peer_death_while_mapped, 2, 4);

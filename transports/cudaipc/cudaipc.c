@@ -674,7 +674,7 @@ static void cipc_announce(rcci_conn_t *c, const rcci_tag_t *tag) { CTRL->announc
 
 static size_t cipc_inplace_bytes(rcci_conn_t *c, int send)
 {
-    if (c->failed != RCC_SUCCESS)
+    if (c->failed != RCC_SUCCESS || !rcci_param_int(RCCI_PARAM_CUDAIPC_INPLACE))
         return 0;
     return send ? (c->hello_done ? c->tx_slot_bytes : 0) : c->rx_slot_bytes;
 }
