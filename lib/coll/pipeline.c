@@ -65,7 +65,6 @@ struct rcci_exec {
     char *dslots;
     size_t chunk_bytes;  /* device: the chunk (and slot) size it runs with */
     const void **rview;  /* per slot: where an in-place receive lies (NULL: not in place) */
-    size_t fused_sends;  /* sends written by the reduction (or copy) they forward */
     void *start_ev;
     int started;
     int ended; /* advance reported it done: nothing of it is left on the GPU */
@@ -403,7 +402,6 @@ static rcc_result_t pipe_land_device(struct rcc_comm *comm, rcci_exec_t *x,
         return res;
     x->send_staged++;
     x->send_posted++;
-    x->fused_sends++;
     return RCC_SUCCESS;
 }
 
