@@ -323,27 +323,28 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
 rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed,
                                int *done);
 void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *exec);
-/* rcci_coll_start for buffers in device memory: chunks go through `pinned`
- * (2 * slots * chunk_bytes of host_alloc memory: receive slots, then send
- * slots), copies and reductions run on `dstream`, partial results go to
+/* rcci_coll_start for buffers in device memory, in chunks of
+ * rcci_coll_device_chunk bytes: chunks go through `pinned` (2 * slots *
+ * that, of host_alloc memory: receive slots, then send slots), copies and reductions run on `dstream`, partial results go to
  * `dscratch`, device memory of rcci_coll_device_scratch_bytes (stream.c).
  * Edges of the device ring (comm->dsend_link/drecv_link) skip the staging:
- * receives that reduce land in `dslots` (slots * rcci_coll_device_chunk_bytes
- * of device memory; NULL: receive over the host ring), or are reduced where
- * the transport received them (in place), the rest in their destination. */
+ * receives that reduce land in `dslots` (slots * rcci_coll_device_chunk of
+ * device memory; NULL: in place, or over the host ring), or are reduced
+ * where the transport received them (in place), the rest in their
+ * destination. */
 struct rcci_devapi;
 rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
                                     const struct rcci_devapi *dev, void *dstream, char *pinned,
                                     char *dscratch, char *dslots, rcci_exec_t **exec);
 size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
-/* The chunk size of device operations: RCC_DEVICE_CHUNK_BYTES when every
- * edge of the ring has a device connection (devring_whole: the same on
- * every rank, as chunks must be), else chunk_bytes (some edges, or all,
- * staged through host memory). */
-size_t rcci_coll_device_chunk_bytes(const struct rcc_comm *comm);
-/* Whether device chunks fit the device ring's receive slots, so receives
- * are reduced where they land (in place) and need no `dslots`. */
-int rcci_coll_device_inplace(const struct rcc_comm *comm);
+/* The chunk (bytes) device operation `op` runs with: at most
+ * RCC_DEVICE_CHUNK_BYTES, at least 2 per segment where every edge of the
+ * ring has a device connection (devring_whole) and 8 where some are staged
+ * through host memory; the same on every rank, as chunks must be. */
+size_t rcci_coll_device_chunk(const struct rcc_comm *comm, const rcci_op_t *op);
+/* Whether its chunks fit the device ring's receive slots, so receives are
+ * reduced where they land (in place) and need no `dslots`. */
+int rcci_coll_device_inplace(const struct rcc_comm *comm, const rcci_op_t *op);
 
 /* The same three for point-to-point operations (coll/p2p.c), and closing
  * every point-to-point connection (after a failure, at destroy). */

@@ -32,9 +32,9 @@
       "64 bytes)")                                                                                 \
     X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \
     X(DEVICE_CHUNK_BYTES, INT, "8M", 4096, 1073741824,                                            \
-      "chunk size of collectives on device buffers where every ring edge moves GPU to GPU (the "  \
-      "device ring, cudaipc); chunks that fit a cudaipc slot are reduced where they land; must "  \
-      "be the same on every rank")                                                                \
+      "largest chunk of collectives on device buffers (at least 2 per segment where every ring "  \
+      "edge moves GPU to GPU, else 8); chunks that fit a cudaipc slot are reduced where they "    \
+      "land; must be the same on every rank")                                                     \
     X(CUDAIPC_INPLACE, INT, "1", 0, 1,                                                             \
       "cudaipc transport: 1 lets the engine reduce chunks in the receive slot they landed in and " \
       "write results into the next rank's slot; 0 copies every message in and out (for "         \

@@ -536,16 +536,17 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
                               comm->broken_text);
         x->op->started_ns = rcci_now_ns();
         if (op_pipelines_on_device(comm, x->op, x->s->dev)) {
-            size_t bytes = 2 * (size_t)comm->slots * comm->chunk_bytes;
+            size_t chunk = rcci_coll_device_chunk(comm, x->op);
+            size_t bytes = 2 * (size_t)comm->slots * chunk;
             res = staging_take(x->s, bytes, (void **)&x->staging, &x->staging_bytes);
             if (res == RCC_SUCCESS)
                 res = x->s->dev->event_create(&x->event);
             size_t scratch = rcci_coll_device_scratch_bytes(comm, x->op);
             if (res == RCC_SUCCESS && scratch)
                 res = x->s->dev->dev_alloc((void **)&x->dscratch, scratch, x->s->copy_stream);
-            if (res == RCC_SUCCESS && comm->drecv_link.nconns > 0 && !rcci_coll_device_inplace(comm))
-                res = x->s->dev->dev_alloc((void **)&x->dslots,
-                                           (size_t)comm->slots * rcci_coll_device_chunk_bytes(comm),
+            if (res == RCC_SUCCESS && comm->drecv_link.nconns > 0 &&
+                !rcci_coll_device_inplace(comm, x->op))
+                res = x->s->dev->dev_alloc((void **)&x->dslots, (size_t)comm->slots * chunk,
                                            x->s->copy_stream);
             if (res == RCC_SUCCESS)
                 res = rcci_coll_start_device(comm, x->op, x->s->dev, x->s->copy_stream, x->staging,

@@ -190,22 +190,33 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
     return pipe_start(comm, op, NULL, comm->chunk_bytes, PIPE_MIN_CHUNKS, out);
 }
 
-size_t rcci_coll_device_chunk_bytes(const struct rcc_comm *comm)
+/* Device buffers go in chunks of up to RCC_DEVICE_CHUNK_BYTES, larger than host ones: each
+ * chunk costs launches and copies on the GPU (and, with ranks sharing a GPU, switches between
+ * their contexts). Cut as host chunks are, with the device ring's smaller minimum count where
+ * the ring is whole: the same on every rank. */
+static size_t pipe_device_min_chunks(const struct rcc_comm *comm)
 {
-    return comm->devring_whole ? comm->dev_chunk_bytes : comm->chunk_bytes;
+    return comm->devring_whole ? PIPE_DEVICE_MIN_CHUNKS : PIPE_MIN_CHUNKS;
 }
 
-int rcci_coll_device_inplace(const struct rcc_comm *comm)
+size_t rcci_coll_device_chunk(const struct rcc_comm *comm, const rcci_op_t *op)
+{
+    size_t esize = rcc_datatype_size(op->dtype);
+    return pipe_chunk_elems(comm, op, esize, comm->dev_chunk_bytes, pipe_device_min_chunks(comm)) *
+           esize;
+}
+
+int rcci_coll_device_inplace(const struct rcc_comm *comm, const rcci_op_t *op)
 {
     const rcci_link_t *rl = &comm->drecv_link;
     return rl->nconns > 0 && rl->conns[0] &&
-           rcci_coll_device_chunk_bytes(comm) <= rl->tr->inplace_bytes(rl->conns[0], 0);
+           rcci_coll_device_chunk(comm, op) <= rl->tr->inplace_bytes(rl->conns[0], 0);
 }
 
 size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
 {
     if (op->coll == RCCI_COLL_REDUCE)
-        return (size_t)comm->slots * rcci_coll_device_chunk_bytes(comm);
+        return (size_t)comm->slots * rcci_coll_device_chunk(comm, op);
     return rcci_schedule_scratch_bytes(op->coll, op->count, rcc_datatype_size(op->dtype));
 }
 
@@ -257,38 +268,33 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op, const 
                                     void *dstream, char *pinned, char *dscratch, char *dslots,
                                     rcci_exec_t **out)
 {
-    size_t chunk = rcci_coll_device_chunk_bytes(comm);
-    rcc_result_t res = pipe_start(comm, op, dscratch, chunk,
-                                  comm->devring_whole ? PIPE_DEVICE_MIN_CHUNKS : PIPE_MIN_CHUNKS,
-                                  out);
+    rcc_result_t res =
+        pipe_start(comm, op, dscratch, comm->dev_chunk_bytes, pipe_device_min_chunks(comm), out);
     rcci_exec_t *x = *out;
     if (res != RCC_SUCCESS)
         return res;
     size_t slots = (size_t)comm->slots;
     x->dev = dev;
     x->dstream = dstream;
-    x->chunk_bytes = chunk;
+    x->chunk_bytes = x->sched.chunk_elems * x->sched.esize; /* rcci_coll_device_chunk */
     if (comm->dsend_link.nconns > 0) {
         x->sl = &comm->dsend_link;
         x->sdirect = 1;
         x->snconns = 1;
     }
-    if (comm->drecv_link.nconns > 0 && (dslots || rcci_coll_device_inplace(comm))) {
+    if (comm->drecv_link.nconns > 0 && (dslots || rcci_coll_device_inplace(comm, op))) {
         x->rl = &comm->drecv_link;
         x->rdirect = 1;
         x->rnconns = 1;
         x->dslots = dslots;
     }
-    /* Staging is sized for chunk_bytes: the device chunk needs both edges direct. */
-    if (chunk != comm->chunk_bytes && !(x->sdirect && x->rdirect))
-        return rcci_error(RCC_ERR_INTERNAL, "device ring without its receive slots");
     res = dev->event_create(&x->start_ev);
     if (res == RCC_SUCCESS)
         res = dev->event_record(x->start_ev, dstream);
     if (res != RCC_SUCCESS)
         return res;
     x->pin_recv = pinned;
-    x->pin_send = pinned + slots * comm->chunk_bytes;
+    x->pin_send = pinned + slots * x->chunk_bytes;
     x->rev = calloc(slots, sizeof *x->rev);
     x->sev = calloc(slots, sizeof *x->sev);
     x->rview = calloc(slots, sizeof *x->rview);

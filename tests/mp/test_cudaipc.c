@@ -138,9 +138,9 @@ END_TEST
 
 /* A ring across two "hosts": rank 2 of 4 has a host name of its own (a UTS
  * namespace), so the edges 1->2 and 2->3 are staged through host memory
- * over TCP while 3->0 and 0->1 move GPU to GPU. Device chunks must be cut
- * alike on every rank (the host chunk: the ring is not whole), and every
- * kind of collective comes out right. */
+ * over TCP while 3->0 and 0->1 move GPU to GPU. Chunks must be cut alike
+ * on every rank, whichever edges it has, and every kind of collective
+ * comes out right. */
 static int other_host(void)
 {
     return unshare(CLONE_NEWUTS) == 0 && sethostname("ringcc-other-host", 17) == 0 ? 0 : -1;
@@ -167,7 +167,8 @@ static int rank_two_hosts(int rank, int n, void *arg)
     for (int kind = 0; kind < K_NKINDS; kind++)
         for (size_t d = 0; d < 3; d++) {
             rcc_redop_t op = (rcc_redop_t)((d + (size_t)kind) % RCC_NUM_OPS);
-            /* Segments of 3 MiB: chunks of 384 KiB by the device chunk, 256 KiB by the host's. */
+            /* Segments of 3 MiB, cut alike on every rank (8 chunks of 384 KiB: the ring is
+             * not whole), whichever edges a rank has. */
             size_t count = (size_t)(12u << 20) / rcc_datatype_size(dtypes[d]) + 5;
             bad |= run_case(comm, stream, rank, n, (kind_t)kind, count, dtypes[d], op, seed++);
         }
