@@ -70,6 +70,7 @@ typedef struct rcci_op {
     int root;
     int rounds;    /* an allreduce run as rounds of exchanges (coll/allreduce_rounds.c) */
     int algo;      /* an allreduce's rcci_allreduce_algo_t */
+    int device;    /* runs on device buffers, in device chunks (stream.c; in its signature) */
     int alltoalls; /* point-to-point: alltoall calls in it, numbered like collectives */
     int on_stream; /* ordered on a CUDA stream (or stands for members that are) */
     rcci_mark_t mark;
@@ -411,6 +412,7 @@ typedef struct {
     int algo;
     int root;
     uint64_t count; /* elements; bytes for point-to-point messages */
+    int device;     /* device buffers: cut in device chunks, over the device ring */
 } rcci_sig_t;
 void rcci_sig_encode(const rcci_sig_t *sig, uint8_t out[RCCI_SIG_BYTES]);
 /* The tag of a message of collective `op` (seq: the message's number on its connection). */

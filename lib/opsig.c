@@ -7,7 +7,9 @@
  *
  * Layout (little-endian, RCCI_SIG_BYTES): 0 u32 operation number (0 for
  * send/recv, which are not numbered), 4 u8 kind, 5 u8 dtype, 6 u8 redop,
- * 7 u8 algorithm, 8 i32 root, 12 u32 zero, 16 u64 count. Fields that do
+ * 7 u8 algorithm, 8 i32 root, 12 u8 flags (1: device buffers, which are
+ * cut in other chunks and may take other connections than host ones, so
+ * ranks must agree on it too), 13 u8[3] zero, 16 u64 count. Fields that do
  * not apply to a kind hold 0xff (root: -1).
  */
 #include <stdio.h>
@@ -32,6 +34,7 @@ void rcci_sig_encode(const rcci_sig_t *sig, uint8_t out[RCCI_SIG_BYTES])
     out[6] = reduces ? (uint8_t)sig->redop : SIG_NONE;
     out[7] = sig->kind == RCCI_COLL_ALLREDUCE ? (uint8_t)sig->algo : SIG_NONE;
     rcci_put_le(out + 8, (uint32_t)(rooted ? sig->root : -1), 4);
+    out[12] = sig->device ? 1 : 0;
     rcci_put_le(out + 16, sig->kind == RCCI_COLL_BARRIER ? 0 : sig->count, 8);
 }
 
@@ -47,7 +50,8 @@ void rcci_op_tag(const rcci_op_t *op, uint32_t seq, rcci_tag_t *tag)
                       .redop = op->redop,
                       .algo = op->algo,
                       .root = op->root,
-                      .count = op->count};
+                      .count = op->count,
+                      .device = op->device};
     tag->seq = seq;
     rcci_sig_encode(&sig, tag->sig);
 }
@@ -101,6 +105,8 @@ void rcci_sig_describe(const uint8_t sig[RCCI_SIG_BYTES], char *buf, size_t size
         SIG_ADD(", root=%d", (int)root);
     if (algo != SIG_NONE)
         SIG_ADD(", %s", sig_algo_name(algo));
+    if (sig[12] & 1)
+        SIG_ADD(", device buffers");
     SIG_ADD(") as op #%u", seq);
 #undef SIG_ADD
 }

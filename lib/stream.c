@@ -511,6 +511,9 @@ rcc_result_t rcci_stream_exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_e
         res = x->s->dev->use_device(x->s->device);
     if (res != RCC_SUCCESS)
         return res;
+    /* Chunk by chunk on the device: in its signature, which peers may ask
+     * about (or compare) while it waits for its stream. */
+    op->device = op_pipelines_on_device(comm, op, x->s->dev);
     int most = op->coll == RCCI_COLL_P2P ? op->nmsgs : 2;
     x->regions = calloc((size_t)most + 1, sizeof *x->regions);
     x->spans = calloc((size_t)most + 1, sizeof *x->spans);
@@ -535,7 +538,7 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
             return rcci_error(comm->broken, "the communicator failed earlier: %s",
                               comm->broken_text);
         x->op->started_ns = rcci_now_ns();
-        if (op_pipelines_on_device(comm, x->op, x->s->dev)) {
+        if (x->op->device) {
             size_t chunk = rcci_coll_device_chunk(comm, x->op);
             size_t bytes = 2 * (size_t)comm->slots * chunk;
             res = staging_take(x->s, bytes, (void **)&x->staging, &x->staging_bytes);

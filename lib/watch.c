@@ -143,8 +143,9 @@ rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64
         watch_announce(comm, &ours);
     }
     rcci_p2p_accept_waiting(comm);
-    const rcci_link_t *links[2] = {&comm->recv_link, &comm->send_link};
-    for (int i = 0; i < 2; i++) {
+    const rcci_link_t *links[4] = {&comm->recv_link, &comm->send_link, &comm->drecv_link,
+                                   &comm->dsend_link};
+    for (int i = 0; i < 4; i++) {
         for (int c = 0; c < links[i]->nconns; c++) {
             if (!links[i]->conns[c])
                 continue;

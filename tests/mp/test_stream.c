@@ -289,6 +289,53 @@ START_TEST(failure_releases_the_stream)
 }
 END_TEST
 
+/* ---- device buffers on one rank, host buffers on the other ------------------------ */
+
+/* Device buffers go in larger chunks than host ones (RCC_DEVICE_CHUNK_BYTES)
+ * and over the device ring, so an allreduce whose buffers are device memory
+ * on one rank and host memory on the other cannot run: both ranks must fail
+ * with RCC_ERR_MISMATCH naming the device buffers, well within the timeout
+ * (20 s here), and their streams go on. */
+static int rank_kinds_differ(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    setenv("RCC_ALGO", "ring", 1);
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(20000);
+    void *stream = fakedev_stream_create();
+    size_t count = 4u << 20; /* 16 MiB: 1 MiB device chunks, 256 KiB host ones */
+    float *buf = rank == 0 ? fakedev_malloc(count * sizeof *buf) : calloc(count, sizeof *buf);
+    double t0 = td_now_s();
+    rcc_result_t res = rcc_allreduce_stream(buf, buf, count, RCC_FLOAT32, RCC_SUM, comm, stream);
+    if (res == RCC_SUCCESS && fakedev_stream_sync(stream, 30))
+        MP_FAIL("rank %d: the stream was left waiting", rank);
+    rcc_result_t async = RCC_SUCCESS;
+    rcc_comm_get_async_error(comm, &async);
+    const char *text = rcc_last_error(comm);
+    printf("rank %d (%s buffers): %.2f s: %s: %s\n", rank, rank == 0 ? "device" : "host",
+           td_now_s() - t0, rcc_result_name(res != RCC_SUCCESS ? res : async), text);
+    if (res == RCC_SUCCESS && async == RCC_SUCCESS)
+        MP_FAIL("rank %d: differently cut buffers went unnoticed", rank);
+    if (res != RCC_ERR_MISMATCH && async != RCC_ERR_MISMATCH)
+        MP_FAIL("rank %d: not reported as a mismatch", rank);
+    if (!strstr(text, "device buffers") || td_now_s() - t0 > 10)
+        MP_FAIL("rank %d: the error does not name the device buffers, or came late: %s", rank,
+                text);
+    if (rank == 0)
+        fakedev_free(buf);
+    else
+        free(buf);
+    fakedev_stream_destroy(stream);
+    rcc_comm_abort(comm);
+    return 0;
+}
+
+START_TEST(device_and_host_buffers_across_ranks)
+{
+    ck_assert_int_eq(mp_run(2, rank_kinds_differ, NULL, 120), 0);
+}
+END_TEST
+
 static Suite *stream_suite(void)
 {
     Suite *s = suite_create("mp_stream");
@@ -298,6 +345,7 @@ static Suite *stream_suite(void)
     tcase_add_loop_test(tc, collectives_on_a_stream_tcp, 2, 5);
     tcase_add_loop_test(tc, p2p_on_a_stream, 1, 6);
     tcase_add_loop_test(tc, failure_releases_the_stream, 2, 5);
+    tcase_add_test(tc, device_and_host_buffers_across_ranks);
     suite_add_tcase(s, tc);
     return s;
 }
