@@ -6,8 +6,8 @@
  *   ringcc-kernperf [-n ITERS] [-s MIB]...    (default: -n 20 -s 256 -s 1024)
  *
  * Each figure is the median of ITERS runs, each timed alone with CUDA events after 3 warm-up
- * runs. A reduction moves 2 reads + 1 write of the buffer size (reduce_copy: 2 + 2), memcpy
- * 1 read + 1 write. MIB is the size of one buffer (a, b and dst each; 4 buffers are allocated).
+ * runs. A reduction moves 2 reads + 1 write of the buffer size (reduce_copy: 2 + 2), copy2 (the
+ * allgather's forwarding copy, to two destinations) 1 + 2, memcpy 1 read + 1 write. MIB is the size of one buffer (a, b and dst each; 4 buffers are allocated).
  * Exit status 0, 1 on a CUDA error, 77 without a CUDA device.
  */
 #include <cuda_runtime_api.h>
@@ -30,7 +30,7 @@
         }                                                                                          \
     } while (0)
 
-enum { W_MEMCPY, W_REDUCE, W_COPY };
+enum { W_MEMCPY, W_REDUCE, W_COPY, W_COPY2 };
 
 struct work {
     int what;
@@ -46,6 +46,7 @@ static void run_once(const struct work *w)
     switch (w->what) {
     case W_MEMCPY: CU(cudaMemcpyAsync(w->dst, w->a, w->bytes, cudaMemcpyDeviceToDevice, 0)); break;
     case W_REDUCE: res = rcci_cuda_reduce(w->dst, w->a, w->b, n, w->dt, RCC_SUM, 1, NULL); break;
+    case W_COPY2: res = rcci_cuda_copy2(w->dst, w->dst2, w->a, w->bytes, NULL); break;
     default: res = rcci_cuda_reduce_copy(w->dst, w->dst2, w->a, w->b, n, w->dt, RCC_SUM, 1, NULL);
     }
     if (res != RCC_SUCCESS) {
@@ -116,7 +117,7 @@ int main(int argc, char **argv)
     CU(cudaGetDevice(&dev));
     CU(cudaGetDeviceProperties(&prop, dev));
     printf("# device %d: %s, sm_%d%d; median of %d runs; reduce counts 2 reads + 1 write, "
-           "reduce_copy 2 + 2, memcpy 1 + 1\n",
+           "reduce_copy 2 + 2, copy2 1 + 2, memcpy 1 + 1\n",
            dev, prop.name, prop.major, prop.minor, iters);
     printf("%-10s %-12s %8s %10s %12s %12s %7s\n", "op", "dtype", "MiB", "ms", "GB/s",
            "memcpy GB/s", "ratio");
@@ -144,6 +145,12 @@ int main(int argc, char **argv)
                     worst = bw / mem;
             }
         }
+        /* The allgather's forwarding copy (one read, two writes): no dtype. */
+        struct work c2 = {W_COPY2, RCC_UINT8, buf[2], buf[3], buf[0], NULL, bytes};
+        float ms = time_ms(&c2, iters);
+        double bw = gbps(bytes, 3, ms);
+        printf("%-10s %-12s %8zu %10.3f %12.1f %12.1f %7.3f\n", "copy2", "-", mib[s], ms, bw, mem,
+               bw / mem);
         for (int k = 0; k < 4; k++)
             CU(cudaFree(buf[k]));
     }
