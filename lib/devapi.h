@@ -83,6 +83,11 @@ typedef struct rcci_devapi {
     /* Enqueue: `bytes` of src copied to dst and to dst2 in one pass (src
      * read once); bit for bit; none of them overlap. */
     rcc_result_t (*copy2)(void *dst, void *dst2, const void *src, size_t bytes, void *stream);
+    /* A handle (for ipc_open, in another process of this host) of the
+     * allocation that holds device memory p, a user's buffer, and p's
+     * offset in it. RCC_ERR_UNSUPPORTED where that memory cannot be
+     * exported (CUDA: stream-ordered pools, VMM allocations). NULL: none can. */
+    rcc_result_t (*ipc_export)(const void *p, void *handle, size_t *offset);
 } rcci_devapi_t;
 
 /* Size of an ipc_alloc handle (CUDA's cudaIpcMemHandle_t is 64 bytes). */

@@ -29,9 +29,13 @@ rcc_result_t rcci_ipcmem_create(size_t bytes, void **p, rcci_ipcmem_handle_t *ha
         return rcci_error(RCC_ERR_NO_MEMORY, "mapping %zu bytes of shared memory: %s", bytes,
                           strerror(e));
     }
+    static uint32_t serial;
     *p = m;
-    *handle = (rcci_ipcmem_handle_t){
-        .magic = RCCI_IPCMEM_MAGIC, .pid = (int32_t)getpid(), .fd = fd, .bytes = bytes};
+    *handle = (rcci_ipcmem_handle_t){.magic = RCCI_IPCMEM_MAGIC,
+                                     .pid = (int32_t)getpid(),
+                                     .fd = fd,
+                                     .serial = __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED),
+                                     .bytes = bytes};
     return RCC_SUCCESS;
 }
 

@@ -23,7 +23,8 @@ typedef struct {
     uint32_t magic;
     int32_t pid;
     int32_t fd;
-    uint32_t unused;
+    uint32_t serial; /* unique per creation in the process: a descriptor number is reused,
+                        and a handle must name one memory (those that map it cache by handle) */
     uint64_t bytes;
 } rcci_ipcmem_handle_t;
 

@@ -63,8 +63,8 @@ rcc_result_t rcci_transport_unsupported_reserve_send(rcci_conn_t *conn, size_t b
 
 rcc_result_t rcci_transport_unsupported_commit_send(rcci_conn_t *conn, size_t bytes,
                                                     const rcci_tag_t *tag, void *stream,
-                                                    rcci_request_t **req)
+                                                    uint32_t flags, rcci_request_t **req)
 {
-    (void)conn, (void)bytes, (void)tag, (void)stream, (void)req;
+    (void)conn, (void)bytes, (void)tag, (void)stream, (void)flags, (void)req;
     return no_inplace();
 }

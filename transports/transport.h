@@ -223,7 +223,11 @@ typedef struct rcci_transport {
     /* irecv without a buffer: *data says at once where the message will lie
      * (the transport's memory: device memory for cudaipc); the request
      * completes when it lies there whole, checked as irecv checks. The
-     * memory stays the message's until release. */
+     * memory stays the message's until release. When the sender wrote the
+     * message straight into this rank's memory instead (RCCI_SEND_DIRECT),
+     * *data is set to NULL as the request completes: the message is
+     * wherever this rank told the sender to write it. `data` must stay
+     * valid until then. */
     rcc_result_t (*irecv_inplace)(rcci_conn_t *conn, size_t bytes, const rcci_tag_t *tag,
                                   const void **data, rcci_request_t **req);
     /* Enqueues on `stream` (a device stream, lib/devapi.h) the return of the
@@ -239,13 +243,21 @@ typedef struct rcci_transport {
     rcc_result_t (*reserve_send)(rcci_conn_t *conn, size_t bytes, void **data);
     /* Enqueues on `stream` the sending of the reserved message, once the
      * work queued on the stream before it (what writes the message) is
-     * done; `*req` completes as isend's does. */
+     * done; `*req` completes as isend's does. flags RCCI_SEND_DIRECT: the
+     * caller wrote the message into the receiver's own memory, where the
+     * receiver said its receive wants it, not into the reserved slot; the
+     * receiver's receive then completes without copying (an irecv whose
+     * buffer is not that memory would get wrong bytes: the engine arranges
+     * that both ends agree). */
     rcc_result_t (*commit_send)(rcci_conn_t *conn, size_t bytes, const rcci_tag_t *tag,
-                                void *stream, rcci_request_t **req);
+                                void *stream, uint32_t flags, rcci_request_t **req);
 } rcci_transport_t;
 
 /* Transports built into this library, in priority order, NULL-terminated. */
 extern const rcci_transport_t *const rcci_transports[];
+
+/* commit_send's flags. */
+#define RCCI_SEND_DIRECT 1u
 
 /* Shared stubs for optional slots. */
 rcc_result_t rcci_transport_unsupported_write(rcci_conn_t *conn, const void *buf, size_t bytes,
@@ -266,6 +278,6 @@ rcc_result_t rcci_transport_unsupported_release(rcci_conn_t *conn, void *stream)
 rcc_result_t rcci_transport_unsupported_reserve_send(rcci_conn_t *conn, size_t bytes, void **data);
 rcc_result_t rcci_transport_unsupported_commit_send(rcci_conn_t *conn, size_t bytes,
                                                     const rcci_tag_t *tag, void *stream,
-                                                    rcci_request_t **req);
+                                                    uint32_t flags, rcci_request_t **req);
 
 #endif /* RINGCC_TRANSPORT_H */

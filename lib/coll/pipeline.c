@@ -65,6 +65,16 @@ struct rcci_exec {
     char *dslots;
     size_t chunk_bytes;  /* device: the chunk (and slot) size it runs with */
     const void **rview;  /* per slot: where an in-place receive lies (NULL: not in place) */
+    unsigned char *rinplace; /* per slot: the receive was posted in place (its slot is released) */
+    /* Windows (docs/cuda.md): on a whole device ring, each rank tells the
+     * previous one where its output is (an IPC handle and offset, over the
+     * reverse direction of their connection), and sends whose receive
+     * lands in the next rank's output are written there (RCCI_SEND_DIRECT). */
+    int window;                           /* this operation exchanges windows (alike on all ranks) */
+    struct pipe_window_msg *wmine, *wtheirs;
+    rcci_request_t *wsreq, *wrreq;
+    char *wnext;            /* the next rank's recvbuf, mapped here; NULL: not (yet) */
+    rcci_schedule_t nsched; /* the next rank's schedule, on this rank's buffers: offsets */
     void *start_ev;
     int started;
     int ended; /* advance reported it done: nothing of it is left on the GPU */
@@ -264,6 +274,8 @@ static rcc_result_t pipe_reap(struct rcc_comm *comm, rcci_exec_t *x, int sends, 
 
 /* ---- device buffers ------------------------------------------------------ */
 
+static rcc_result_t pipe_window_start(struct rcc_comm *comm, rcci_exec_t *x);
+
 rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op, const rcci_devapi_t *dev,
                                     void *dstream, char *pinned, char *dscratch, char *dslots,
                                     rcci_exec_t **out)
@@ -298,14 +310,15 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op, const 
     x->rev = calloc(slots, sizeof *x->rev);
     x->sev = calloc(slots, sizeof *x->sev);
     x->rview = calloc(slots, sizeof *x->rview);
-    if (!x->rev || !x->sev || !x->rview)
+    x->rinplace = calloc(slots, 1);
+    if (!x->rev || !x->sev || !x->rview || !x->rinplace)
         return rcci_error(RCC_ERR_NO_MEMORY, "event table");
     for (size_t i = 0; i < slots && res == RCC_SUCCESS; i++) {
         res = dev->event_create(&x->rev[i]);
         if (res == RCC_SUCCESS)
             res = dev->event_create(&x->sev[i]);
     }
-    return res;
+    return res == RCC_SUCCESS ? pipe_window_start(comm, x) : res;
 }
 
 /* An event of a step with data: ready (1) or not yet (0). */
@@ -315,6 +328,185 @@ static rcc_result_t dev_ready(rcci_exec_t *x, void *event, size_t count, int *re
     return count > 0 ? x->dev->event_query(event, ready) : RCC_SUCCESS;
 }
 
+/* ---- windows: writing into the next rank's output -------------------------- */
+
+/* Operations of at least this many bytes exchange windows (a message each
+ * way per operation; smaller ones are not worth it). */
+#define PIPE_WINDOW_MIN_BYTES (1u << 20)
+/* Mappings of next ranks' outputs kept per communicator, least recently
+ * used closed first (a caching allocator hands out few distinct blocks). */
+#define PIPE_WINDOWS 8
+#define PIPE_WINDOW_MAGIC 0x574e4457u /* "WDNW" */
+
+struct pipe_window_msg {
+    uint32_t magic, ok; /* ok 0: no window (this rank's output cannot be exported) */
+    uint64_t offset, bytes;
+    uint8_t handle[RCCI_IPC_HANDLE_BYTES];
+};
+
+struct rcci_windows {
+    const rcci_devapi_t *dev;
+    uint64_t clock;
+    struct {
+        uint8_t handle[RCCI_IPC_HANDLE_BYTES];
+        char *base;
+        uint64_t used;
+    } map[PIPE_WINDOWS];
+};
+
+void rcci_coll_windows_close(struct rcc_comm *comm)
+{
+    struct rcci_windows *w = comm->dwindows;
+    for (int i = 0; w && i < PIPE_WINDOWS; i++)
+        if (w->map[i].base)
+            w->dev->ipc_close(w->map[i].base);
+    free(w);
+    comm->dwindows = NULL;
+}
+
+/* The base of the peer's allocation behind `handle`, mapped once per
+ * communicator. Operations run one at a time, so the one evicted is no
+ * longer written. */
+static rcc_result_t pipe_window_map(struct rcc_comm *comm, const rcci_devapi_t *dev,
+                                    const uint8_t *handle, char **base)
+{
+    struct rcci_windows *w = comm->dwindows;
+    if (!w && !(w = comm->dwindows = calloc(1, sizeof *w)))
+        return rcci_error(RCC_ERR_NO_MEMORY, "window table");
+    w->dev = dev;
+    int slot = 0;
+    for (int i = 0; i < PIPE_WINDOWS; i++) {
+        if (w->map[i].base && !memcmp(w->map[i].handle, handle, RCCI_IPC_HANDLE_BYTES)) {
+            w->map[i].used = ++w->clock;
+            *base = w->map[i].base;
+            return RCC_SUCCESS;
+        }
+        if (!w->map[i].base || (w->map[slot].base && w->map[i].used < w->map[slot].used))
+            slot = i;
+    }
+    if (w->map[slot].base)
+        dev->ipc_close(w->map[slot].base);
+    w->map[slot].base = NULL;
+    void *p;
+    rcc_result_t res = dev->ipc_open(handle, &p);
+    if (res != RCC_SUCCESS)
+        return res;
+    memcpy(w->map[slot].handle, handle, RCCI_IPC_HANDLE_BYTES);
+    w->map[slot].base = p;
+    w->map[slot].used = ++w->clock;
+    *base = p;
+    return RCC_SUCCESS;
+}
+
+/* Starts the window exchange of a device operation on a whole device ring
+ * where this rank receives in place: the same decision on every rank (a
+ * message each way must be expected by its receiver), the window itself
+ * "none" where this rank cannot give one. */
+static rcc_result_t pipe_window_start(struct rcc_comm *comm, rcci_exec_t *x)
+{
+    const rcci_op_t *op = x->op;
+    int ring = op->coll == RCCI_COLL_ALLGATHER || (op->coll == RCCI_COLL_ALLREDUCE && !op->rounds);
+    size_t bytes = op->count * x->sched.esize * (op->coll == RCCI_COLL_ALLGATHER ? comm->nranks : 1);
+    if (!comm->devring_whole || !ring || comm->nranks < 2 || bytes < PIPE_WINDOW_MIN_BYTES ||
+        !x->sdirect || !x->rdirect)
+        return RCC_SUCCESS;
+    x->window = 1;
+    x->wmine = calloc(1, sizeof *x->wmine);
+    x->wtheirs = calloc(1, sizeof *x->wtheirs);
+    if (!x->wmine || !x->wtheirs)
+        return rcci_error(RCC_ERR_NO_MEMORY, "window messages");
+    x->wmine->magic = PIPE_WINDOW_MAGIC;
+    size_t offset = 0;
+    char saved[RCCI_ERR_TEXT_BYTES];
+    snprintf(saved, sizeof saved, "%s", rcci_tls_error());
+    /* In place only: a receive that copies out of its slot would not look for it elsewhere. */
+    if (x->rl->tr->inplace_bytes(x->rl->conns[0], 0) > 0 && x->dev->ipc_export &&
+        x->dev->ipc_export(op->recvbuf, x->wmine->handle, &offset) == RCC_SUCCESS) {
+        x->wmine->ok = 1;
+        x->wmine->offset = offset;
+        x->wmine->bytes = bytes;
+    } else {
+        RCC_TRACE("op #%u: no window for rank %d: %s", op->seq, x->rl->peer, rcci_tls_error());
+        rcci_tls_error_set(saved);
+    }
+    x->nsched = x->sched;
+    x->nsched.rank = (comm->rank + 1) % comm->nranks;
+    rcci_schedule_init(&x->nsched);
+    /* The reverse directions: to the previous rank, from the next one. */
+    rcc_result_t res = x->rl->tr->isend(x->rl->conns[0], x->wmine, sizeof *x->wmine, &x->tag,
+                                        NULL, &x->wsreq);
+    if (res == RCC_SUCCESS)
+        res = x->sl->tr->irecv(x->sl->conns[0], x->wtheirs, sizeof *x->wtheirs, &x->tag, NULL,
+                               &x->wrreq);
+    return res;
+}
+
+/* A failure of the window exchange with `rank`, named as the steps' are. */
+static rcc_result_t pipe_window_fail(struct rcc_comm *comm, rcci_exec_t *x, int rank,
+                                     rcc_result_t res)
+{
+    char peer[128];
+    rcci_bootstrap_peer_name(comm->bootstrap, rank, peer, sizeof peer);
+    rcci_error_prefix("%s #%u, exchanging output windows with %s: ", rcci_coll_name(x->op->coll),
+                      x->op->seq, peer);
+    return res;
+}
+
+/* The window requests, and the next rank's window once it is there. */
+static rcc_result_t pipe_window_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progressed)
+{
+    int done;
+    rcc_result_t res;
+    if (x->wsreq) {
+        res = x->rl->tr->test(x->wsreq, &done);
+        if (res != RCC_SUCCESS || done)
+            x->wsreq = NULL;
+        if (res != RCC_SUCCESS)
+            return pipe_window_fail(comm, x, x->rl->peer, res);
+    }
+    if (!x->wrreq)
+        return RCC_SUCCESS;
+    res = x->sl->tr->test(x->wrreq, &done);
+    if (res != RCC_SUCCESS || done)
+        x->wrreq = NULL;
+    if (res != RCC_SUCCESS)
+        return pipe_window_fail(comm, x, x->sl->peer, res);
+    if (!done)
+        return RCC_SUCCESS;
+    *progressed = 1;
+    const struct pipe_window_msg *w = x->wtheirs;
+    if (w->magic != PIPE_WINDOW_MAGIC || w->bytes > SIZE_MAX)
+        return pipe_window_fail(comm, x, x->sl->peer,
+                                rcci_error(RCC_ERR_REMOTE, "no window of this version came"));
+    if (!w->ok)
+        return RCC_SUCCESS;
+    char *base = NULL;
+    char saved[RCCI_ERR_TEXT_BYTES];
+    snprintf(saved, sizeof saved, "%s", rcci_tls_error());
+    if (pipe_window_map(comm, x->dev, w->handle, &base) != RCC_SUCCESS) {
+        RCC_INFO("op #%u: rank %d's output cannot be mapped here (%s): its chunks go through "
+                 "its slots",
+                 x->op->seq, x->sl->peer, rcci_tls_error());
+        rcci_tls_error_set(saved);
+        return RCC_SUCCESS;
+    }
+    x->wnext = base + w->offset;
+    return RCC_SUCCESS;
+}
+
+/* Where in the next rank's mapped output send `item` lands, when its
+ * receive there is a copy into the output of `count` elements; NULL: not. */
+static char *pipe_window_dst(rcci_exec_t *x, size_t item, size_t count)
+{
+    if (!x->wnext)
+        return NULL;
+    rcci_recv_step_t nrs;
+    rcci_schedule_recv(&x->nsched, item, &nrs);
+    if (nrs.local || !nrs.dst || nrs.count != count)
+        return NULL;
+    return x->wnext + (nrs.dst - (char *)x->op->recvbuf);
+}
+
 /* Where the send that forwards receive `item`'s result goes, when that
  * send is the next and may go now, so that the work that lands the receive
  * writes it there in the same pass: on the device ring, the next rank's
@@ -322,11 +514,12 @@ static rcc_result_t dev_ready(rcci_exec_t *x, void *event, size_t count, int *re
  * staged, its pinned slot (staged with it: no copy, and no wait for the
  * reduction's event). *fwd NULL: the send goes later, the usual way. */
 static rcc_result_t pipe_forward_to(struct rcc_comm *comm, rcci_exec_t *x, size_t item,
-                                    const rcci_recv_step_t *rs, char **fwd, int *fused)
+                                    const rcci_recv_step_t *rs, char **fwd, int *fused,
+                                    int *direct)
 {
     size_t slots = (size_t)comm->slots;
     *fwd = NULL;
-    *fused = 0;
+    *fused = *direct = 0;
     if (x->send_staged >= x->sched.nsend || x->send_staged >= x->send_done + slots)
         return RCC_SUCCESS;
     rcci_send_step_t ss;
@@ -345,7 +538,10 @@ static rcc_result_t pipe_forward_to(struct rcc_comm *comm, rcci_exec_t *x, size_
     void *at;
     rcc_result_t res = x->sl->tr->reserve_send(conn, bytes, &at);
     if (res == RCC_SUCCESS && at) {
-        *fwd = at;
+        /* Into the next rank's output where it lands there, else its slot. */
+        char *dst = pipe_window_dst(x, x->send_staged, rs->count);
+        *fwd = dst ? dst : at;
+        *direct = dst != NULL;
         *fused = 1;
     }
     return res;
@@ -373,9 +569,13 @@ static rcc_result_t pipe_land_device(struct rcc_comm *comm, rcci_exec_t *x,
     size_t slots = (size_t)comm->slots, k = x->recv_landed % slots;
     size_t bytes = step->count * x->sched.esize;
     const char *in = x->rview[k] ? x->rview[k] : dev_recv_dst(comm, x, x->recv_landed, step);
+    if (x->rinplace[k] && !x->rview[k] && step->local) /* direct, yet not a copy into the output */
+        return rcci_error(RCC_ERR_REMOTE, "rank %d wrote a reduction's operand into this rank's "
+                                          "output",
+                          x->rl->peer);
     char *fwd;
-    int fused;
-    rcc_result_t res = pipe_forward_to(comm, x, x->recv_landed, step, &fwd, &fused);
+    int fused, direct;
+    rcc_result_t res = pipe_forward_to(comm, x, x->recv_landed, step, &fwd, &fused, &direct);
     if (res != RCC_SUCCESS)
         return res;
     if (step->local && fused && step->forward_only) /* only the next rank needs it */
@@ -393,7 +593,7 @@ static rcc_result_t pipe_land_device(struct rcc_comm *comm, rcci_exec_t *x,
         res = x->dev->copy(step->dst, in, bytes, x->dstream);
     if (res == RCC_SUCCESS && fwd && !step->local && (in == step->dst || !x->dev->copy2))
         res = x->dev->copy(fwd, in, bytes, x->dstream);
-    if (res == RCC_SUCCESS && x->rview[k])
+    if (res == RCC_SUCCESS && x->rinplace[k])
         res = x->rl->tr->release(x->rl->conns[x->recv_landed % x->rnconns], x->dstream);
     if (res == RCC_SUCCESS)
         res = x->dev->event_record(x->rev[k], x->dstream);
@@ -403,11 +603,12 @@ static rcc_result_t pipe_land_device(struct rcc_comm *comm, rcci_exec_t *x,
     if (!fused) /* staged with it */
         return x->dev->event_record(x->sev[x->send_staged++ % slots], x->dstream);
     res = x->sl->tr->commit_send(x->sl->conns[x->send_staged % x->snconns], bytes, &x->tag,
-                                 x->dstream, &x->sreq[sk]);
+                                 x->dstream, direct ? RCCI_SEND_DIRECT : 0, &x->sreq[sk]);
     if (res != RCC_SUCCESS)
         return res;
     x->send_staged++;
     x->send_posted++;
+    comm->direct_sends += (uint64_t)direct;
     return RCC_SUCCESS;
 }
 
@@ -428,7 +629,9 @@ static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int
         x->recv_done++;
         *progressed = 1;
     }
-    while (x->recv_landed < x->recv_posted) { /* arrived: queue the device work */
+    /* The next rank's window first (a message's latency from the start):
+     * the work that lands a receive decides where its forwarding send goes. */
+    while (x->recv_landed < x->recv_posted && !x->wrreq) { /* arrived: queue the device work */
         rcci_recv_step_t step;
         rcci_schedule_recv(&x->sched, x->recv_landed, &step);
         if (step.guard >= 0 && (size_t)step.guard >= x->send_done)
@@ -468,7 +671,8 @@ static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int
             rcci_conn_t *conn = rl->conns[x->recv_posted % x->rnconns];
             size_t k = x->recv_posted % slots, bytes = step.count * esize;
             x->rview[k] = NULL;
-            if (x->rdirect && bytes <= rl->tr->inplace_bytes(conn, 0))
+            x->rinplace[k] = x->rdirect && bytes <= rl->tr->inplace_bytes(conn, 0);
+            if (x->rinplace[k])
                 res = rl->tr->irecv_inplace(conn, bytes, &x->tag, &x->rview[k], &x->rreq[k]);
             else
                 res = rl->tr->irecv(conn, dev_recv_dst(comm, x, x->recv_posted, &step), bytes,
@@ -547,7 +751,9 @@ static rcc_result_t pipe_advance_device(struct rcc_comm *comm, rcci_exec_t *x, i
     }
     /* Finished sends first (send_done up to send_posted): their slots may
      * take a reduction that lands below, and their output areas receives. */
-    rcc_result_t res = pipe_reap(comm, x, 1, progressed);
+    rcc_result_t res = x->window ? pipe_window_advance(comm, x, progressed) : RCC_SUCCESS;
+    if (res == RCC_SUCCESS)
+        res = pipe_reap(comm, x, 1, progressed);
     if (res == RCC_SUCCESS)
         res = pipe_recvs_device(comm, x, progressed);
     if (res == RCC_SUCCESS)
@@ -621,8 +827,8 @@ check:;
         x->last_progress_ns = now;
     /* A device operation also waits for its start event: an event must not
      * be destroyed while the stream may still store it. */
-    *done =
-        x->recv_done == x->sched.nrecv && x->send_done == x->sched.nsend && (!x->dev || x->started);
+    *done = x->recv_done == x->sched.nrecv && x->send_done == x->sched.nsend &&
+            (!x->dev || x->started) && !x->wsreq && !x->wrreq;
     x->ended = *done;
     if (!*done && now - x->last_progress_ns > comm->timeout_ns) {
         int waiting_recv = x->recv_done < x->sched.nrecv;
@@ -708,6 +914,11 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
         if (x->rreq[i])
             x->rl->tr->test(x->rreq[i], &complete);
     }
+    int complete = 1;
+    if (x->wsreq && x->rl->tr->test(x->wsreq, &complete) == RCC_SUCCESS && complete)
+        x->wsreq = NULL;
+    if (x->wrreq && x->sl->tr->test(x->wrreq, &complete) == RCC_SUCCESS && complete)
+        x->wrreq = NULL;
     int drained = !x->dev || x->ended || pipe_device_quiesce(comm, x);
     rcci_tls_error_set(error);
     for (int i = 0; x->dev && drained && i < comm->slots; i++) {
@@ -721,6 +932,13 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
     free(x->rev);
     free(x->sev);
     free(x->rview);
+    free(x->rinplace);
+    /* A window message still queued is freed with its connection, which a
+     * drained operation has closed; otherwise its buffer must outlive it. */
+    if (drained || (!x->wsreq && !x->wrreq)) {
+        free(x->wmine);
+        free(x->wtheirs);
+    }
     free(x->sreq);
     free(x->rreq);
     free(x);

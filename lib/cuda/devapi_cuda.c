@@ -16,9 +16,11 @@
 #include "ipcmem.h"
 
 typedef CUresult (*stream_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+typedef CUresult (*address_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
 
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static stream_value_fn write_value32, wait_value32;
+static address_range_fn address_range; /* cuMemGetAddressRange: ipc_export */
 static char driver_why[160];
 
 static void driver_lookup(void)
@@ -35,6 +37,11 @@ static void driver_lookup(void)
                                          &found);
     if (e == cudaSuccess && found == cudaDriverEntryPointSuccess)
         wait_value32 = (stream_value_fn)fn;
+    void *range = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &range, 12000, cudaEnableDefault,
+                                        &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+        address_range = (address_range_fn)range;
     if (!write_value32 || !wait_value32)
         snprintf(driver_why, sizeof driver_why,
                  "the driver has no cuStreamWriteValue32/cuStreamWaitValue32 (%s)",
@@ -337,6 +344,37 @@ static rcc_result_t cuda_ipc_open(const void *handle, void **p)
     return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaIpcOpenMemHandle of a peer's slots");
 }
 
+/* The allocation around a user's buffer, exported as ipc_alloc's device
+ * memory is (the importer maps the whole allocation and adds the offset). */
+static rcc_result_t cuda_ipc_export(const void *p, void *handle, size_t *offset)
+{
+    pthread_once(&driver_once, driver_lookup);
+    if (!address_range)
+        return rcci_error(RCC_ERR_UNSUPPORTED, "the driver has no cuMemGetAddressRange");
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult r = address_range(&base, &size, (CUdeviceptr)(uintptr_t)p);
+    if (r != CUDA_SUCCESS)
+        return rcci_error(RCC_ERR_UNSUPPORTED, "cuMemGetAddressRange of %p: CUresult %d", p, (int)r);
+    ipc_handle_t h;
+    memset(&h, 0, sizeof h);
+    h.host = 0;
+    h.device = cuda_current_device();
+    h.bytes = size;
+    cudaError_t e = cudaIpcGetMemHandle(&h.u.cuda, (void *)(uintptr_t)base);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it for the next call's check */
+        return rcci_error(RCC_ERR_UNSUPPORTED,
+                          "cudaIpcGetMemHandle of the buffer at %p: %s (memory from a "
+                          "stream-ordered pool or a VMM allocation cannot be exported)",
+                          p, cudaGetErrorString(e));
+    }
+    memset(handle, 0, RCCI_IPC_HANDLE_BYTES);
+    memcpy(handle, &h, sizeof h);
+    *offset = (size_t)((uintptr_t)p - (uintptr_t)base);
+    return RCC_SUCCESS;
+}
+
 const rcci_devapi_t rcci_devapi_cuda = {
     .name = "cuda",
     .device_count = rcci_cuda_device_count,
@@ -363,4 +401,5 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .ipc_open = cuda_ipc_open,
     .ipc_close = cuda_ipc_close,
     .copy2 = rcci_cuda_copy2,
+    .ipc_export = cuda_ipc_export,
 };

@@ -57,12 +57,15 @@ static int allocs_take(void *p, size_t *bytes, rcci_ipcmem_handle_t *handle)
     return ipc;
 }
 
+/* A memfd, as exported memory is: a peer may map a user's buffer too
+ * (ipc_export), as CUDA IPC maps a cudaMalloc allocation. */
 void *fakedev_malloc(size_t bytes)
 {
-    char *p = calloc(1, bytes ? bytes : 1);
-    if (!p)
+    void *p;
+    rcci_ipcmem_handle_t h;
+    if (rcci_ipcmem_create(bytes ? bytes : 1, &p, &h) != RCC_SUCCESS)
         abort();
-    allocs_add(p, bytes ? bytes : 1, 0, 1, NULL);
+    allocs_add(p, (size_t)h.bytes, 0, 1, &h);
     return p;
 }
 
@@ -70,8 +73,8 @@ void fakedev_free(void *p)
 {
     size_t bytes;
     rcci_ipcmem_handle_t h;
-    allocs_take(p, &bytes, &h);
-    free(p);
+    if (allocs_take(p, &bytes, &h) == 0)
+        rcci_ipcmem_free(p, &h);
 }
 
 static int fake_is_device(const void *p)
@@ -423,6 +426,25 @@ static void fake_ipc_release(void *p)
         rcci_ipcmem_close(p, bytes);
 }
 
+static rcc_result_t fake_ipc_export(const void *p, void *handle, size_t *offset)
+{
+    int found = 0;
+    pthread_mutex_lock(&mem_lock);
+    for (int i = 0; i < FAKE_MAX_ALLOCS && !found; i++)
+        if (allocs[i].p && allocs[i].device && allocs[i].ipc < 2 && (const char *)p >= allocs[i].p &&
+            (const char *)p < allocs[i].p + allocs[i].bytes) {
+            memset(handle, 0, RCCI_IPC_HANDLE_BYTES);
+            memcpy(handle, &allocs[i].handle, sizeof allocs[i].handle);
+            *offset = (size_t)((const char *)p - allocs[i].p);
+            found = 1;
+        }
+    pthread_mutex_unlock(&mem_lock);
+    if (getenv("FAKEDEV_NO_EXPORT"))
+        found = 0;
+    return found ? RCC_SUCCESS
+                 : rcci_error(RCC_ERR_UNSUPPORTED, "fake device: %p cannot be exported", p);
+}
+
 static const rcci_devapi_t fake_api = {
     .name = "fake",
     .device_count = fake_device_count,
@@ -449,6 +471,7 @@ static const rcci_devapi_t fake_api = {
     .ipc_open = fake_ipc_open,
     .ipc_close = fake_ipc_release,
     .copy2 = fake_copy2,
+    .ipc_export = fake_ipc_export,
 };
 
 void fakedev_install(void) { rcci_devapi_set(&fake_api); }

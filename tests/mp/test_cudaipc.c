@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,16 +85,22 @@ static const rcc_datatype_t dtypes[] = {RCC_FLOAT32, RCC_BFLOAT16, RCC_INT64, RC
  * that forward reductions written by them. Fragmented: 1 MiB
  * chunks over 64 KiB slots, each large message cut into 16 fragments copied
  * out of the slots, while the small ones still go in place: both kinds on
- * one connection. Copied: RCC_CUDAIPC_INPLACE=0, nothing in place. */
+ * one connection. Copied: RCC_CUDAIPC_INPLACE=0, nothing in place. In
+ * place, allreduces and allgathers write chunks straight into the next
+ * rank's output (windows); no_export: outputs that cannot be exported keep
+ * the slots. */
 static int rank_collectives(int rank, int n, void *arg)
 {
     int fragmented = arg && !strcmp(arg, "fragmented"), copied = arg && !strcmp(arg, "copied");
+    int no_export = arg && !strcmp(arg, "no_export");
     setenv("RCC_ALGO", "ring", 1); /* the pipelined ring: the path the device ring serves */
     setenv("RCC_DEVICE_CHUNK_BYTES", "1048579", 1);
     if (fragmented)
         setenv("RCC_CUDAIPC_SLOT_BYTES", "65536", 1);
     if (copied)
         setenv("RCC_CUDAIPC_INPLACE", "0", 1);
+    if (no_export)
+        setenv("FAKEDEV_NO_EXPORT", "1", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(60000);
     struct rcc_comm *c = comm;
@@ -115,6 +122,20 @@ static int rank_collectives(int rank, int n, void *arg)
     if (copied ? reads || fused : !fragmented && (!reads || !fused))
         MP_FAIL("rank %d: %zu reductions read their slot, %zu wrote the next rank's: expected %s",
                 rank, reads, fused, copied ? "none (RCC_CUDAIPC_INPLACE=0)" : "some of each");
+    /* Allreduces and allgathers of 3 MiB exchange windows: in place, chunks
+     * go straight into the next rank's output, unless it cannot be exported.
+     * Whether a given chunk can go so depends on timing (its send must be
+     * the next on the connection), so the ranks' counts are summed. */
+    uint64_t direct = c->direct_sends;
+    _Atomic uint64_t *total = mp_shared(NULL);
+    atomic_fetch_add(total, direct);
+    if ((copied || no_export) && direct != 0)
+        MP_FAIL("rank %d: %llu chunks written into the next rank's output (expected none)", rank,
+                (unsigned long long)direct);
+    if (rcc_barrier(comm) != RCC_SUCCESS)
+        MP_FAIL("rank %d: barrier: %s", rank, rcc_last_error(comm));
+    if (rank == 0 && !copied && !no_export && !fragmented && atomic_load(total) == 0)
+        MP_FAIL("%d ranks: no chunk was written straight into the next rank's output", n);
     return td_finish(comm, bad);
 }
 
@@ -133,6 +154,12 @@ END_TEST
 START_TEST(device_ring_copied)
 {
     ck_assert_int_eq(mp_run(3, rank_collectives, "copied", 300), 0);
+}
+END_TEST
+
+START_TEST(device_ring_outputs_not_exported)
+{
+    ck_assert_int_eq(mp_run(3, rank_collectives, "no_export", 300), 0);
 }
 END_TEST
 
@@ -307,6 +334,7 @@ static Suite *cudaipc_suite(void)
     tcase_add_loop_test(tc, device_ring_collectives, 2, 6);
     tcase_add_test(tc, device_ring_fragmented);
     tcase_add_test(tc, device_ring_copied);
+    tcase_add_test(tc, device_ring_outputs_not_exported);
     tcase_add_test(tc, device_ring_across_hosts);
     tcase_add_test(tc, transport_forced_to_tcp);
     tcase_add_loop_test(tc, peer_death_while_mapped, 2, 4);

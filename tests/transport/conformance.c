@@ -680,7 +680,7 @@ static int inplace_direction(conf_end_t *e, conf_dev_t *d, int sending, uint32_t
             if (res == RCC_SUCCESS && n)
                 res = d->dev->copy(at, buf, n, d->stream);
             if (res == RCC_SUCCESS)
-                res = tr->commit_send(e->conn, n, &tag, d->stream, &reqs[k]);
+                res = tr->commit_send(e->conn, n, &tag, d->stream, 0, &reqs[k]);
         } else {
             res = tr->isend(e->conn, buf, n, &tag, NULL, &reqs[k]);
         }
@@ -712,7 +712,7 @@ static int inplace_rank(int rank, int nranks, void *arg)
             tr->reserve_send(e.conn, 8, &at) != RCC_ERR_UNSUPPORTED ||
             tr->irecv_inplace(e.conn, 8, &tag, &view, &r) != RCC_ERR_UNSUPPORTED ||
             tr->release(e.conn, NULL) != RCC_ERR_UNSUPPORTED ||
-            tr->commit_send(e.conn, 8, &tag, NULL, &r) != RCC_ERR_UNSUPPORTED)
+            tr->commit_send(e.conn, 8, &tag, NULL, 0, &r) != RCC_ERR_UNSUPPORTED)
             MP_FAIL("%s: in place half there, or not refused", tr->name);
         conf_close(&e);
         return 0;

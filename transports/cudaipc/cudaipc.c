@@ -75,6 +75,7 @@ struct rcci_request {
     int complete;
     int is_send;
     int inplace, landed;     /* irecv_inplace/commit_send; a receive's fragment is there */
+    const void **view;       /* irecv_inplace's *data: NULL once landed when sent direct */
     uint32_t nfrags, posted; /* fragments, and how many are queued on the GPU */
     uint32_t first;          /* the connection's number of its first fragment */
 };
@@ -431,6 +432,7 @@ static rcc_result_t cipc_drive_sends(rcci_conn_t *c, int *moved)
             h->seq = r->tag.seq;
             h->frag = r->posted;
             h->bytes = r->bytes;
+            h->flags = 0;
             memcpy(h->sig, r->tag.sig, RCCI_SIG_BYTES);
             __atomic_thread_fence(__ATOMIC_RELEASE); /* the header before the counter */
             rcc_result_t res = RCC_SUCCESS;
@@ -476,6 +478,8 @@ static rcc_result_t cipc_drive_recvs(rcci_conn_t *c, int *moved)
                 r->first = c->rx_next;
                 r->posted = 1;
                 r->landed = 1;
+                if (h.flags & RCCI_CIPC_DIRECT)
+                    *r->view = NULL; /* written where this rank said */
                 c->held[(c->held_first + c->held_count++) % RCCI_CIPC_SLOTS] = c->rx_next;
                 c->rx_inplace_upto = ++c->rx_next;
                 *moved = 1;
@@ -486,7 +490,7 @@ static rcc_result_t cipc_drive_recvs(rcci_conn_t *c, int *moved)
             uint64_t off;
             size_t len;
             rcci_cipc_frag_span(r->bytes, c->rx_slot_bytes, r->posted, &off, &len);
-            if (len)
+            if (len && !(h.flags & RCCI_CIPC_DIRECT)) /* direct: at its destination already */
                 res = dev->copy(r->buf + off, c->rx_slots + (size_t)slot * c->rx_slot_bytes, len,
                                 c->rx_stream);
             if (res == RCC_SUCCESS)
@@ -575,7 +579,8 @@ static rcc_result_t cipc_drive(rcci_conn_t *c)
 }
 
 static rcc_result_t cipc_post(rcci_conn_t *c, int is_send, int inplace, const void *buf,
-                              size_t bytes, const rcci_tag_t *tag, rcci_request_t **out)
+                              size_t bytes, const rcci_tag_t *tag, rcci_request_t **out,
+                              const void **view)
 {
     if (c->failed != RCC_SUCCESS)
         return cipc_failed(c);
@@ -588,6 +593,7 @@ static rcc_result_t cipc_post(rcci_conn_t *c, int is_send, int inplace, const vo
     r->tag = *tag;
     r->is_send = is_send;
     r->inplace = inplace;
+    r->view = view;
     /* A send's fragments are cut when it starts: the peer's slot size may
      * not be known yet (its hello). */
     r->nfrags = is_send ? 0 : rcci_cipc_frags(bytes, c->rx_slot_bytes);
@@ -601,14 +607,14 @@ static rcc_result_t cipc_isend(rcci_conn_t *c, const void *buf, size_t bytes, co
                                rcci_mr_t *mr, rcci_request_t **req)
 {
     (void)mr;
-    return cipc_post(c, 1, 0, buf, bytes, tag, req);
+    return cipc_post(c, 1, 0, buf, bytes, tag, req, NULL);
 }
 
 static rcc_result_t cipc_irecv(rcci_conn_t *c, void *buf, size_t bytes, const rcci_tag_t *tag,
                                rcci_mr_t *mr, rcci_request_t **req)
 {
     (void)mr;
-    return cipc_post(c, 0, 0, buf, bytes, tag, req);
+    return cipc_post(c, 0, 0, buf, bytes, tag, req, NULL);
 }
 
 static rcc_result_t cipc_test(rcci_request_t *r, int *done)
@@ -691,9 +697,8 @@ static rcc_result_t cipc_irecv_inplace(rcci_conn_t *c, size_t bytes, const rcci_
     uint32_t frag = c->rx_next;
     for (rcci_request_t *r = c->recvs.head; r; r = r->next)
         frag += r->nfrags - r->posted;
-    rcc_result_t res = cipc_post(c, 0, 1, NULL, bytes, tag, out);
-    if (res == RCC_SUCCESS)
-        *data = c->rx_slots + (size_t)(frag % RCCI_CIPC_SLOTS) * c->rx_slot_bytes;
+    *data = c->rx_slots + (size_t)(frag % RCCI_CIPC_SLOTS) * c->rx_slot_bytes;
+    rcc_result_t res = cipc_post(c, 0, 1, NULL, bytes, tag, out, data);
     return res;
 }
 
@@ -743,7 +748,7 @@ static rcc_result_t cipc_reserve_send(rcci_conn_t *c, size_t bytes, void **data)
 }
 
 static rcc_result_t cipc_commit_send(rcci_conn_t *c, size_t bytes, const rcci_tag_t *tag,
-                                     void *stream, rcci_request_t **out)
+                                     void *stream, uint32_t flags, rcci_request_t **out)
 {
     if (c->failed != RCC_SUCCESS)
         return cipc_failed(c);
@@ -759,6 +764,7 @@ static rcc_result_t cipc_commit_send(rcci_conn_t *c, size_t bytes, const rcci_ta
     h->seq = tag->seq;
     h->frag = 0;
     h->bytes = bytes;
+    h->flags = flags & RCCI_SEND_DIRECT ? RCCI_CIPC_DIRECT : 0;
     memcpy(h->sig, tag->sig, RCCI_SIG_BYTES);
     __atomic_thread_fence(__ATOMIC_RELEASE); /* the header before the counter */
     rcc_result_t res = c->ctx->dev->write_flag(stream, &c->tx_page->head, c->tx_next + 1);

@@ -44,7 +44,10 @@ typedef struct {
     uint32_t frag;  /* its number within the message */
     uint64_t bytes; /* the whole message's */
     uint8_t sig[RCCI_SIG_BYTES];
+    uint32_t flags; /* RCCI_CIPC_DIRECT: the payload is not in the slot (RCCI_SEND_DIRECT) */
+    uint32_t unused;
 } rcci_cipc_hdr_t;
+#define RCCI_CIPC_DIRECT 1u
 
 /* The shared page; the counters on their own cache lines. */
 typedef struct {
@@ -78,7 +81,7 @@ rcc_result_t rcci_cipc_check(const rcci_cipc_hdr_t *hdr, const rcci_tag_t *expec
 /* The hello each end sends once connected, over the control connection:
  * its receive side, for the peer to map. */
 #define RCCI_CIPC_HELLO_MAGIC 0x43504943u /* "CIPC" */
-#define RCCI_CIPC_VERSION 1
+#define RCCI_CIPC_VERSION 2 /* 2: the header's flags */
 typedef struct {
     uint32_t magic, version;
     uint32_t slots, slot_bytes;
