@@ -257,6 +257,10 @@ rcc_result_t rcci_comm_leave(struct rcc_comm *comm, rcc_result_t res);
  * notice on each (transport notify). close: closes and forgets them all.
  * watch: adds them to the progress thread's epoll set. */
 rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only);
+/* The ring's edges one by one, i < RCCI_RING_LINKS (nconns 0: none): the
+ * host ring's and the device ring's, receiving edges first. */
+#define RCCI_RING_LINKS 4
+rcci_link_t *rcci_ring_link(struct rcc_comm *comm, int i);
 /* A failed peer's notice on `conn`, waiting or taken earlier: the error it
  * carries (text set); RCC_SUCCESS when there is none — a healthy
  * connection, or a plain close. Never blocks. */

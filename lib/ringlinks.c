@@ -2,9 +2,9 @@
  * ring's and the device ring's (devring.c), receiving edges first. */
 #include "comm.h"
 
-#define RING_LINKS 4
+#define RING_LINKS RCCI_RING_LINKS
 
-static rcci_link_t *ring_link(struct rcc_comm *comm, int i)
+rcci_link_t *rcci_ring_link(struct rcc_comm *comm, int i)
 {
     rcci_link_t *links[RING_LINKS] = {&comm->recv_link, &comm->drecv_link, &comm->send_link,
                                       &comm->dsend_link};
@@ -34,7 +34,7 @@ int rcci_conn_said_goodbye(const rcci_transport_t *tr, rcci_conn_t *conn)
 rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
 {
     for (int i = 0; i < RING_LINKS; i++) {
-        rcci_link_t *link = ring_link(comm, i);
+        rcci_link_t *link = rcci_ring_link(comm, i);
         for (int c = 0; c < link->nconns; c++) {
             if (!link->conns[c])
                 continue;
@@ -57,7 +57,7 @@ rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
 void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text)
 {
     for (int i = 0; i < RING_LINKS; i++) {
-        rcci_link_t *link = ring_link(comm, i);
+        rcci_link_t *link = rcci_ring_link(comm, i);
         for (int c = 0; c < link->nconns; c++)
             if (link->conns[c])
                 link->tr->notify(link->conns[c], res, text);
@@ -68,7 +68,7 @@ void rcci_ring_close(struct rcc_comm *comm)
 {
     rcci_coll_windows_close(comm);
     for (int i = 0; i < RING_LINKS; i++) {
-        rcci_link_t *link = ring_link(comm, i);
+        rcci_link_t *link = rcci_ring_link(comm, i);
         for (int c = 0; c < link->nconns; c++) {
             if (link->conns[c])
                 link->tr->close(link->conns[c]);
@@ -80,7 +80,7 @@ void rcci_ring_close(struct rcc_comm *comm)
 rcc_result_t rcci_ring_watch(struct rcc_comm *comm)
 {
     for (int i = 0; i < RING_LINKS; i++) {
-        rcci_link_t *link = ring_link(comm, i);
+        rcci_link_t *link = rcci_ring_link(comm, i);
         for (int c = 0; c < link->nconns; c++) {
             if (!link->conns[c])
                 continue;

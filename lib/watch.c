@@ -143,14 +143,12 @@ rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64
         watch_announce(comm, &ours);
     }
     rcci_p2p_accept_waiting(comm);
-    const rcci_link_t *links[4] = {&comm->recv_link, &comm->send_link, &comm->drecv_link,
-                                   &comm->dsend_link};
-    for (int i = 0; i < 4; i++) {
-        for (int c = 0; c < links[i]->nconns; c++) {
-            if (!links[i]->conns[c])
+    for (int i = 0; i < RCCI_RING_LINKS; i++) {
+        const rcci_link_t *link = rcci_ring_link(comm, i);
+        for (int c = 0; c < link->nconns; c++) {
+            if (!link->conns[c])
                 continue;
-            rcc_result_t res =
-                watch_conn(comm, links[i]->tr, links[i]->conns[c], links[i]->peer, op, &ours);
+            rcc_result_t res = watch_conn(comm, link->tr, link->conns[c], link->peer, op, &ours);
             if (res != RCC_SUCCESS)
                 return res;
         }

@@ -340,7 +340,8 @@ static rcc_result_t dev_ready(rcci_exec_t *x, void *event, size_t count, int *re
 
 struct pipe_window_msg {
     uint32_t magic, ok; /* ok 0: no window (this rank's output cannot be exported) */
-    uint64_t offset, bytes;
+    uint64_t offset;
+    uint64_t bytes; /* the operation's output, which the window must be */
     uint8_t handle[RCCI_IPC_HANDLE_BYTES];
 };
 
@@ -416,6 +417,7 @@ static rcc_result_t pipe_window_start(struct rcc_comm *comm, rcci_exec_t *x)
     if (!x->wmine || !x->wtheirs)
         return rcci_error(RCC_ERR_NO_MEMORY, "window messages");
     x->wmine->magic = PIPE_WINDOW_MAGIC;
+    x->wmine->bytes = bytes;
     size_t offset = 0;
     char saved[RCCI_ERR_TEXT_BYTES];
     snprintf(saved, sizeof saved, "%s", rcci_tls_error());
@@ -424,7 +426,6 @@ static rcc_result_t pipe_window_start(struct rcc_comm *comm, rcci_exec_t *x)
         x->dev->ipc_export(op->recvbuf, x->wmine->handle, &offset) == RCC_SUCCESS) {
         x->wmine->ok = 1;
         x->wmine->offset = offset;
-        x->wmine->bytes = bytes;
     } else {
         RCC_TRACE("op #%u: no window for rank %d: %s", op->seq, x->rl->peer, rcci_tls_error());
         rcci_tls_error_set(saved);
@@ -475,9 +476,14 @@ static rcc_result_t pipe_window_advance(struct rcc_comm *comm, rcci_exec_t *x, i
         return RCC_SUCCESS;
     *progressed = 1;
     const struct pipe_window_msg *w = x->wtheirs;
-    if (w->magic != PIPE_WINDOW_MAGIC || w->bytes > SIZE_MAX)
+    if (w->magic != PIPE_WINDOW_MAGIC)
         return pipe_window_fail(comm, x, x->sl->peer,
                                 rcci_error(RCC_ERR_REMOTE, "no window of this version came"));
+    if (w->bytes != x->wmine->bytes) /* writes must stay inside it */
+        return pipe_window_fail(
+            comm, x, x->sl->peer,
+            rcci_error(RCC_ERR_REMOTE, "its window is %llu bytes, this operation's output %llu",
+                       (unsigned long long)w->bytes, (unsigned long long)x->wmine->bytes));
     if (!w->ok)
         return RCC_SUCCESS;
     char *base = NULL;
@@ -558,6 +564,23 @@ static char *dev_recv_dst(struct rcc_comm *comm, rcci_exec_t *x, size_t item,
     return step->local ? x->dslots + off : step->dst;
 }
 
+/* The copy step's device work: the received chunk `in` to its destination
+ * `dst` (nothing when it lies there already: direct, or received there),
+ * and to `fwd` (NULL: no forwarding send goes now), reading `in` once
+ * where the device table can (copy2). */
+static rcc_result_t pipe_land_copy(rcci_exec_t *x, char *dst, char *fwd, const char *in,
+                                   size_t bytes)
+{
+    if (in == dst)
+        return fwd ? x->dev->copy(fwd, in, bytes, x->dstream) : RCC_SUCCESS;
+    if (fwd && x->dev->copy2)
+        return x->dev->copy2(dst, fwd, in, bytes, x->dstream);
+    rcc_result_t res = x->dev->copy(dst, in, bytes, x->dstream);
+    if (res == RCC_SUCCESS && fwd)
+        res = x->dev->copy(fwd, in, bytes, x->dstream);
+    return res;
+}
+
 /* Queues the device work of receive recv_landed, which has arrived: the
  * reduction into its result (or the copy to its destination), writing the
  * send that forwards it in the same pass where that can go now; then the
@@ -578,21 +601,17 @@ static rcc_result_t pipe_land_device(struct rcc_comm *comm, rcci_exec_t *x,
     rcc_result_t res = pipe_forward_to(comm, x, x->recv_landed, step, &fwd, &fused, &direct);
     if (res != RCC_SUCCESS)
         return res;
-    if (step->local && fused && step->forward_only) /* only the next rank needs it */
+    if (!step->local)
+        res = pipe_land_copy(x, step->dst, fwd, in, bytes);
+    else if (fused && step->forward_only) /* only the next rank needs it */
         res = x->dev->reduce(fwd, step->local, in, step->count, op->dtype, op->redop,
                              step->divisor, x->dstream);
-    else if (step->local && fwd)
+    else if (fwd)
         res = x->dev->reduce_copy(step->out, fwd, step->local, in, step->count, op->dtype, op->redop,
                                   step->divisor, x->dstream);
-    else if (step->local)
+    else
         res = x->dev->reduce(step->out, step->local, in, step->count, op->dtype, op->redop,
                              step->divisor, x->dstream);
-    else if (fwd && in != step->dst && x->dev->copy2) /* read once, written twice */
-        res = x->dev->copy2(step->dst, fwd, in, bytes, x->dstream);
-    else if (in != step->dst) /* a direct receive that is not in place is there already */
-        res = x->dev->copy(step->dst, in, bytes, x->dstream);
-    if (res == RCC_SUCCESS && fwd && !step->local && (in == step->dst || !x->dev->copy2))
-        res = x->dev->copy(fwd, in, bytes, x->dstream);
     if (res == RCC_SUCCESS && x->rinplace[k])
         res = x->rl->tr->release(x->rl->conns[x->recv_landed % x->rnconns], x->dstream);
     if (res == RCC_SUCCESS)
@@ -600,8 +619,10 @@ static rcc_result_t pipe_land_device(struct rcc_comm *comm, rcci_exec_t *x,
     if (res != RCC_SUCCESS || !fwd)
         return res;
     size_t sk = x->send_staged % slots;
-    if (!fused) /* staged with it */
-        return x->dev->event_record(x->sev[x->send_staged++ % slots], x->dstream);
+    if (!fused) { /* staged with it */
+        x->send_staged++;
+        return x->dev->event_record(x->sev[sk], x->dstream);
+    }
     res = x->sl->tr->commit_send(x->sl->conns[x->send_staged % x->snconns], bytes, &x->tag,
                                  x->dstream, direct ? RCCI_SEND_DIRECT : 0, &x->sreq[sk]);
     if (res != RCC_SUCCESS)
@@ -749,9 +770,9 @@ static rcc_result_t pipe_advance_device(struct rcc_comm *comm, rcci_exec_t *x, i
         if (res != RCC_SUCCESS)
             return res;
     }
+    rcc_result_t res = x->window ? pipe_window_advance(comm, x, progressed) : RCC_SUCCESS;
     /* Finished sends first (send_done up to send_posted): their slots may
      * take a reduction that lands below, and their output areas receives. */
-    rcc_result_t res = x->window ? pipe_window_advance(comm, x, progressed) : RCC_SUCCESS;
     if (res == RCC_SUCCESS)
         res = pipe_reap(comm, x, 1, progressed);
     if (res == RCC_SUCCESS)
@@ -914,10 +935,10 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
         if (x->rreq[i])
             x->rl->tr->test(x->rreq[i], &complete);
     }
-    int complete = 1;
-    if (x->wsreq && x->rl->tr->test(x->wsreq, &complete) == RCC_SUCCESS && complete)
+    int complete = 1; /* a test that fails or completes frees the request */
+    if (x->wsreq && (x->rl->tr->test(x->wsreq, &complete) != RCC_SUCCESS || complete))
         x->wsreq = NULL;
-    if (x->wrreq && x->sl->tr->test(x->wrreq, &complete) == RCC_SUCCESS && complete)
+    if (x->wrreq && (x->sl->tr->test(x->wrreq, &complete) != RCC_SUCCESS || complete))
         x->wrreq = NULL;
     int drained = !x->dev || x->ended || pipe_device_quiesce(comm, x);
     rcci_tls_error_set(error);

@@ -77,17 +77,6 @@ void fakedev_free(void *p)
         rcci_ipcmem_free(p, &h);
 }
 
-static int fake_is_device(const void *p)
-{
-    int found = 0;
-    pthread_mutex_lock(&mem_lock);
-    for (int i = 0; i < FAKE_MAX_ALLOCS && !found; i++)
-        found = allocs[i].p && allocs[i].device && (const char *)p >= allocs[i].p &&
-                (const char *)p < allocs[i].p + allocs[i].bytes;
-    pthread_mutex_unlock(&mem_lock);
-    return found;
-}
-
 /* The kind of memory p lies in: 0 fakedev_malloc, 1 exported device memory
  * (ipc_alloc), 2 a peer's opened device memory; -1 other (host memory,
  * exported host pages). */
@@ -102,6 +91,8 @@ static int mem_kind(const void *p)
     pthread_mutex_unlock(&mem_lock);
     return kind;
 }
+
+static int fake_is_device(const void *p) { return mem_kind(p) >= 0; }
 
 /* ---- streams: a thread each, running its queue in order ------------------- */
 

@@ -637,6 +637,16 @@ static rcc_result_t cipc_probe(rcci_conn_t *c)
     return res == RCC_SUCCESS ? RCC_SUCCESS : cipc_fail(c, res);
 }
 
+/* The connection's number of the first fragment that no posted receive
+ * takes: where the next receive starts, and what peek looks at. */
+static uint32_t cipc_unclaimed(const rcci_conn_t *c)
+{
+    uint32_t frag = c->rx_next;
+    for (const rcci_request_t *r = c->recvs.head; r; r = r->next)
+        frag += r->nfrags - r->posted;
+    return frag;
+}
+
 /* Announcements and notices come from the control connection; data waiting
  * is the first fragment past those the posted receives cover. */
 static rcc_result_t cipc_peek(rcci_conn_t *c, rcci_tag_t *tag, int *found)
@@ -657,9 +667,7 @@ static rcc_result_t cipc_peek(rcci_conn_t *c, rcci_tag_t *tag, int *found)
     res = CTRL->peek(c->ctrl, tag, found);
     if (res != RCC_SUCCESS || *found != RCCI_PEEK_NONE)
         return res;
-    uint32_t next = c->rx_next;
-    for (rcci_request_t *r = c->recvs.head; r; r = r->next)
-        next += r->nfrags - r->posted;
+    uint32_t next = cipc_unclaimed(c);
     if (rcci_cipc_passed(__atomic_load_n(&c->rx_page->head, __ATOMIC_ACQUIRE), next)) {
         const rcci_cipc_hdr_t *h = &c->rx_page->hdr[next % RCCI_CIPC_SLOTS];
         tag->seq = h->seq;
@@ -693,10 +701,7 @@ static rcc_result_t cipc_irecv_inplace(rcci_conn_t *c, size_t bytes, const rcci_
                           "cudaipc: an in-place receive of %zu bytes from %s exceeds its %zu-byte "
                           "slot",
                           bytes, c->peer, c->rx_slot_bytes);
-    /* Its fragment is the first past those the queued receives take. */
-    uint32_t frag = c->rx_next;
-    for (rcci_request_t *r = c->recvs.head; r; r = r->next)
-        frag += r->nfrags - r->posted;
+    uint32_t frag = cipc_unclaimed(c); /* its fragment */
     *data = c->rx_slots + (size_t)(frag % RCCI_CIPC_SLOTS) * c->rx_slot_bytes;
     rcc_result_t res = cipc_post(c, 0, 1, NULL, bytes, tag, out, data);
     return res;
