@@ -88,6 +88,10 @@ typedef struct rcci_devapi {
      * offset in it. RCC_ERR_UNSUPPORTED where that memory cannot be
      * exported (CUDA: stream-ordered pools, VMM allocations). NULL: none can. */
     rcc_result_t (*ipc_export)(const void *p, void *handle, size_t *offset);
+    /* The bytes mapped at p by ipc_open, as the mapping itself (not the
+     * exporter's handle) says: how far a peer's window may reach. NULL:
+     * unknown, and no window is used. */
+    rcc_result_t (*ipc_size)(void *p, size_t *bytes);
 } rcci_devapi_t;
 
 /* Size of an ipc_alloc handle (CUDA's cudaIpcMemHandle_t is 64 bytes). */

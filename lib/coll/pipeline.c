@@ -351,6 +351,7 @@ struct rcci_windows {
     struct {
         uint8_t handle[RCCI_IPC_HANDLE_BYTES];
         char *base;
+        size_t bytes; /* mapped, as the mapping says */
         uint64_t used;
     } map[PIPE_WINDOWS];
 };
@@ -365,11 +366,11 @@ void rcci_coll_windows_close(struct rcc_comm *comm)
     comm->dwindows = NULL;
 }
 
-/* The base of the peer's allocation behind `handle`, mapped once per
- * communicator. Operations run one at a time, so the one evicted is no
+/* The base and size of the peer's allocation behind `handle`, mapped once
+ * per communicator. Operations run one at a time, so the one evicted is no
  * longer written. */
 static rcc_result_t pipe_window_map(struct rcc_comm *comm, const rcci_devapi_t *dev,
-                                    const uint8_t *handle, char **base)
+                                    const uint8_t *handle, char **base, size_t *bytes)
 {
     struct rcci_windows *w = comm->dwindows;
     if (!w && !(w = comm->dwindows = calloc(1, sizeof *w)))
@@ -380,6 +381,7 @@ static rcc_result_t pipe_window_map(struct rcc_comm *comm, const rcci_devapi_t *
         if (w->map[i].base && !memcmp(w->map[i].handle, handle, RCCI_IPC_HANDLE_BYTES)) {
             w->map[i].used = ++w->clock;
             *base = w->map[i].base;
+            *bytes = w->map[i].bytes;
             return RCC_SUCCESS;
         }
         if (!w->map[i].base || (w->map[slot].base && w->map[i].used < w->map[slot].used))
@@ -389,13 +391,20 @@ static rcc_result_t pipe_window_map(struct rcc_comm *comm, const rcci_devapi_t *
         dev->ipc_close(w->map[slot].base);
     w->map[slot].base = NULL;
     void *p;
+    size_t size;
     rcc_result_t res = dev->ipc_open(handle, &p);
     if (res != RCC_SUCCESS)
         return res;
+    if ((res = dev->ipc_size(p, &size)) != RCC_SUCCESS) {
+        dev->ipc_close(p);
+        return res;
+    }
     memcpy(w->map[slot].handle, handle, RCCI_IPC_HANDLE_BYTES);
     w->map[slot].base = p;
+    w->map[slot].bytes = size;
     w->map[slot].used = ++w->clock;
     *base = p;
+    *bytes = size;
     return RCC_SUCCESS;
 }
 
@@ -484,18 +493,26 @@ static rcc_result_t pipe_window_advance(struct rcc_comm *comm, rcci_exec_t *x, i
             comm, x, x->sl->peer,
             rcci_error(RCC_ERR_REMOTE, "its window is %llu bytes, this operation's output %llu",
                        (unsigned long long)w->bytes, (unsigned long long)x->wmine->bytes));
-    if (!w->ok)
+    if (!w->ok || !x->dev->ipc_size) /* no window, or no way to bound it */
         return RCC_SUCCESS;
     char *base = NULL;
+    size_t mapped = 0;
     char saved[RCCI_ERR_TEXT_BYTES];
     snprintf(saved, sizeof saved, "%s", rcci_tls_error());
-    if (pipe_window_map(comm, x->dev, w->handle, &base) != RCC_SUCCESS) {
+    if (pipe_window_map(comm, x->dev, w->handle, &base, &mapped) != RCC_SUCCESS) {
         RCC_INFO("op #%u: rank %d's output cannot be mapped here (%s): its chunks go through "
                  "its slots",
                  x->op->seq, x->sl->peer, rcci_tls_error());
         rcci_tls_error_set(saved);
         return RCC_SUCCESS;
     }
+    if (w->offset > mapped || w->bytes > mapped - w->offset) /* writes must stay inside it */
+        return pipe_window_fail(
+            comm, x, x->sl->peer,
+            rcci_error(RCC_ERR_REMOTE,
+                       "its window (%llu bytes at offset %llu) reaches past its allocation of %zu "
+                       "bytes",
+                       (unsigned long long)w->bytes, (unsigned long long)w->offset, mapped));
     x->wnext = base + w->offset;
     return RCC_SUCCESS;
 }

@@ -346,16 +346,26 @@ static rcc_result_t cuda_ipc_open(const void *handle, void **p)
 
 /* The allocation around a user's buffer, exported as ipc_alloc's device
  * memory is (the importer maps the whole allocation and adds the offset). */
-static rcc_result_t cuda_ipc_export(const void *p, void *handle, size_t *offset)
+/* The allocation that holds p: its base and size. */
+static rcc_result_t cuda_allocation(const void *p, CUdeviceptr *base, size_t *size)
 {
     pthread_once(&driver_once, driver_lookup);
     if (!address_range)
         return rcci_error(RCC_ERR_UNSUPPORTED, "the driver has no cuMemGetAddressRange");
-    CUdeviceptr base = 0;
-    size_t size = 0;
-    CUresult r = address_range(&base, &size, (CUdeviceptr)(uintptr_t)p);
+    *base = 0, *size = 0;
+    CUresult r = address_range(base, size, (CUdeviceptr)(uintptr_t)p);
     if (r != CUDA_SUCCESS)
         return rcci_error(RCC_ERR_UNSUPPORTED, "cuMemGetAddressRange of %p: CUresult %d", p, (int)r);
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t cuda_ipc_export(const void *p, void *handle, size_t *offset)
+{
+    CUdeviceptr base;
+    size_t size;
+    rcc_result_t res = cuda_allocation(p, &base, &size);
+    if (res != RCC_SUCCESS)
+        return res;
     ipc_handle_t h;
     memset(&h, 0, sizeof h);
     h.host = 0;
@@ -373,6 +383,16 @@ static rcc_result_t cuda_ipc_export(const void *p, void *handle, size_t *offset)
     memcpy(handle, &h, sizeof h);
     *offset = (size_t)((uintptr_t)p - (uintptr_t)base);
     return RCC_SUCCESS;
+}
+
+static rcc_result_t cuda_ipc_size(void *p, size_t *bytes)
+{
+    CUdeviceptr base;
+    size_t size;
+    rcc_result_t res = cuda_allocation(p, &base, &size);
+    if (res == RCC_SUCCESS)
+        *bytes = size - (size_t)((uintptr_t)p - (uintptr_t)base);
+    return res;
 }
 
 const rcci_devapi_t rcci_devapi_cuda = {
@@ -402,4 +422,5 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .ipc_close = cuda_ipc_close,
     .copy2 = rcci_cuda_copy2,
     .ipc_export = cuda_ipc_export,
+    .ipc_size = cuda_ipc_size,
 };

@@ -432,8 +432,23 @@ static rcc_result_t fake_ipc_export(const void *p, void *handle, size_t *offset)
     pthread_mutex_unlock(&mem_lock);
     if (getenv("FAKEDEV_NO_EXPORT"))
         found = 0;
+    /* Fault injection: a peer whose window reaches past its allocation. */
+    if (found && getenv("FAKEDEV_EXPORT_OFFSET"))
+        *offset += (size_t)atoll(getenv("FAKEDEV_EXPORT_OFFSET"));
     return found ? RCC_SUCCESS
                  : rcci_error(RCC_ERR_UNSUPPORTED, "fake device: %p cannot be exported", p);
+}
+
+static rcc_result_t fake_ipc_size(void *p, size_t *bytes)
+{
+    int found = 0;
+    pthread_mutex_lock(&mem_lock);
+    for (int i = 0; i < FAKE_MAX_ALLOCS && !found; i++)
+        if (allocs[i].p == p && allocs[i].ipc == 2)
+            *bytes = allocs[i].bytes, found = 1;
+    pthread_mutex_unlock(&mem_lock);
+    return found ? RCC_SUCCESS
+                 : rcci_error(RCC_ERR_INVALID_ARGUMENT, "fake device: %p is no peer's mapping", p);
 }
 
 static const rcci_devapi_t fake_api = {
@@ -463,6 +478,7 @@ static const rcci_devapi_t fake_api = {
     .ipc_close = fake_ipc_release,
     .copy2 = fake_copy2,
     .ipc_export = fake_ipc_export,
+    .ipc_size = fake_ipc_size,
 };
 
 void fakedev_install(void) { rcci_devapi_set(&fake_api); }

@@ -7,7 +7,8 @@
  * rank killed while its peers map its memory, which they must report as
  * PEER_LOST naming it, within the timeout, with their streams released;
  * and a rank that cannot map its neighbour's memory, with which every rank
- * goes without the device ring.
+ * goes without the device ring; and a peer whose window reaches past its
+ * allocation, which is refused.
  * tests/gpu/test_cudaipc_gpu.c runs the collectives on a real GPU.
  */
 #include <check.h>
@@ -326,6 +327,46 @@ START_TEST(no_peer_access_goes_without)
 }
 END_TEST
 
+/* Rank 1 offers a window that reaches 1 MiB past its allocation (a broken
+ * peer): rank 0, which would write into it, refuses with RCC_ERR_REMOTE
+ * naming rank 1 and the sizes, before writing anything; the failure
+ * reaches every rank, within the timeout, and no stream is left waiting. */
+static int rank_window_too_far(int rank, int n, void *arg)
+{
+    (void)arg, (void)n;
+    if (rank == 1)
+        setenv("FAKEDEV_EXPORT_OFFSET", "1048576", 1);
+    setenv("RCC_ALGO", "ring", 1);
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(20000);
+    void *stream = fakedev_stream_create();
+    size_t count = (3u << 20) / sizeof(float) + 3;
+    float *d = fakedev_malloc(count * sizeof *d);
+    rcc_result_t res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
+    if (res == RCC_SUCCESS && fakedev_stream_sync(stream, 25))
+        MP_FAIL("rank %d: the stream was left waiting", rank);
+    rcc_result_t async = res;
+    if (res == RCC_SUCCESS)
+        rcc_comm_get_async_error(comm, &async);
+    const char *text = rcc_last_error(comm);
+    if (async == RCC_SUCCESS)
+        MP_FAIL("rank %d: an allreduce into a window past its allocation succeeded", rank);
+    if (rank == 0 && (async != RCC_ERR_REMOTE || !strstr(text, "rank 1") ||
+                      !strstr(text, "reaches past its allocation")))
+        MP_FAIL("rank 0: %s: %s", rcc_result_name(async), text);
+    printf("rank %d: %s: %s\n", rank, rcc_result_name(async), text);
+    fakedev_free(d);
+    fakedev_stream_destroy(stream);
+    rcc_comm_abort(comm);
+    return 0;
+}
+
+START_TEST(window_past_allocation_refused)
+{
+    ck_assert_int_eq(mp_run(3, rank_window_too_far, NULL, 120), 0);
+}
+END_TEST
+
 static Suite *cudaipc_suite(void)
 {
     Suite *s = suite_create("mp_cudaipc");
@@ -339,6 +380,7 @@ static Suite *cudaipc_suite(void)
     tcase_add_test(tc, transport_forced_to_tcp);
     tcase_add_loop_test(tc, peer_death_while_mapped, 2, 4);
     tcase_add_test(tc, no_peer_access_goes_without);
+    tcase_add_test(tc, window_past_allocation_refused);
     suite_add_tcase(s, tc);
     return s;
 }
