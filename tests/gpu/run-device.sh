@@ -3,7 +3,8 @@
 #
 # For the GPU machine (meson, ninja, nvcc, gcc and python3; no Check, no libibverbs-dev): builds
 # ringcc with CUDA in a fresh build folder (build-gpu, at the repository root), runs the test
-# suite 'gpu' (kernels; stream forms with 1-4 ranks on the GPU), bench ringcc-kernperf, bench
+# suite 'gpu' (kernels; stream forms with 1-4 ranks on the GPU; the device ring; the transport
+# conformance suite for cudaipc, built without Check), bench ringcc-kernperf, bench
 # ringcc-streamperf and PyTorch through the NCCL shim, and writes the logs into OUTDIR:
 #   setup.log build.log        meson setup and ninja
 #   gpu-tests.log testlog.txt  meson test --suite gpu (console, and meson's full log)
@@ -29,7 +30,7 @@
 set -u
 
 if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 mkdir -p "$1" || exit 2

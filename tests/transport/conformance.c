@@ -12,9 +12,15 @@
  * the forked ranks share through its IPC): cudaipc in every build. The ranks use 127.0.0.1,
  * or with RCC_SOCKET_IFNAME set the address of that interface (an RDMA
  * device's, for ibverbs: RCC_SOCKET_IFNAME=eth0 meson test transport_ibverbs).
+ * Built without Check too (tests/minicheck.h), as the gpu suite's
+ * gpu_transport_cudaipc, so that it runs for cudaipc on the GPU machine.
  */
 #include <arpa/inet.h>
+#ifdef RCC_MINICHECK
+#include "../minicheck.h" /* the GPU machine has no Check */
+#else
 #include <check.h>
+#endif
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
