@@ -75,7 +75,7 @@ if ! stage build 240 "$out/build.log" ninja -C "$build" -j "$jobs"; then
     grep -m 20 -B 2 -A 10 'FAILED' "$out/build.log"
     exit 1
 fi
-stage gpu-tests 240 "$out/gpu-tests.log" \
+stage gpu-tests 300 "$out/gpu-tests.log" \
     meson test -C "$build" --no-rebuild --suite gpu --print-errorlogs || status=1
 cp "$build/meson-logs/testlog.txt" "$out/testlog.txt" 2>/dev/null
 # The device ring (cudaipc, issue 7) is made at every init on a GPU host: if it is what fails,
