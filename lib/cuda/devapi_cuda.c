@@ -344,8 +344,6 @@ static rcc_result_t cuda_ipc_open(const void *handle, void **p)
     return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaIpcOpenMemHandle of a peer's slots");
 }
 
-/* The allocation around a user's buffer, exported as ipc_alloc's device
- * memory is (the importer maps the whole allocation and adds the offset). */
 /* The allocation that holds p: its base and size. */
 static rcc_result_t cuda_allocation(const void *p, CUdeviceptr *base, size_t *size)
 {
@@ -359,6 +357,8 @@ static rcc_result_t cuda_allocation(const void *p, CUdeviceptr *base, size_t *si
     return RCC_SUCCESS;
 }
 
+/* The allocation around a user's buffer, exported as ipc_alloc's device
+ * memory is (the importer maps the whole allocation and adds the offset). */
 static rcc_result_t cuda_ipc_export(const void *p, void *handle, size_t *offset)
 {
     CUdeviceptr base;
