@@ -77,17 +77,23 @@ void fakedev_free(void *p)
         rcci_ipcmem_free(p, &h);
 }
 
+/* The device allocation p lies in (mem_lock held): its index, or -1. */
+static int device_alloc_at(const void *p)
+{
+    for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+        if (allocs[i].p && allocs[i].device && (const char *)p >= allocs[i].p &&
+            (const char *)p < allocs[i].p + allocs[i].bytes)
+            return i;
+    return -1;
+}
+
 /* The kind of memory p lies in: 0 fakedev_malloc, 1 exported device memory
  * (ipc_alloc), 2 a peer's opened device memory; -1 other (host memory,
  * exported host pages). */
 static int mem_kind(const void *p)
 {
-    int kind = -1;
     pthread_mutex_lock(&mem_lock);
-    for (int i = 0; i < FAKE_MAX_ALLOCS && kind < 0; i++)
-        if (allocs[i].p && allocs[i].device && (const char *)p >= allocs[i].p &&
-            (const char *)p < allocs[i].p + allocs[i].bytes)
-            kind = allocs[i].ipc;
+    int i = device_alloc_at(p), kind = i < 0 ? -1 : allocs[i].ipc;
     pthread_mutex_unlock(&mem_lock);
     return kind;
 }
@@ -419,16 +425,13 @@ static void fake_ipc_release(void *p)
 
 static rcc_result_t fake_ipc_export(const void *p, void *handle, size_t *offset)
 {
-    int found = 0;
     pthread_mutex_lock(&mem_lock);
-    for (int i = 0; i < FAKE_MAX_ALLOCS && !found; i++)
-        if (allocs[i].p && allocs[i].device && allocs[i].ipc < 2 && (const char *)p >= allocs[i].p &&
-            (const char *)p < allocs[i].p + allocs[i].bytes) {
-            memset(handle, 0, RCCI_IPC_HANDLE_BYTES);
-            memcpy(handle, &allocs[i].handle, sizeof allocs[i].handle);
-            *offset = (size_t)((const char *)p - allocs[i].p);
-            found = 1;
-        }
+    int i = device_alloc_at(p), found = i >= 0 && allocs[i].ipc < 2; /* not a peer's */
+    if (found) {
+        memset(handle, 0, RCCI_IPC_HANDLE_BYTES);
+        memcpy(handle, &allocs[i].handle, sizeof allocs[i].handle);
+        *offset = (size_t)((const char *)p - allocs[i].p);
+    }
     pthread_mutex_unlock(&mem_lock);
     if (getenv("FAKEDEV_NO_EXPORT"))
         found = 0;
