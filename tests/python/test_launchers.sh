@@ -29,8 +29,25 @@ if ! "$PY" -c 'import numpy' 2>/dev/null; then
     exit 77
 fi
 
+# A port free now, below the kernel's ephemeral range: rank 0 binds it moments later (as
+# under a real mpirun or torchrun), and no socket of a parallel test can be given it
+# automatically in between.
 free_port() {
-    "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    "$PY" - <<'PY'
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    port = random.randrange(max(1024, low - 12000), low)
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            continue
+    print(port)
+    break
+else:
+    raise SystemExit("no free port below the ephemeral range")
+PY
 }
 
 # expect_ranks N WHAT: every rank of N printed its success line.

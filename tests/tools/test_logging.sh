@@ -12,7 +12,14 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
 fail() { echo "FAIL: $*" >&2; status=1; }
-job() { timeout 60 "$run" -n 2 -t 50 "$perf" -b 64K -e 64K -n 1 -w 0 >"$tmp/out" 2>"$tmp/err"; }
+# A failed job shows what it printed: the test's verdict alone does not say why.
+job() {
+    timeout 60 "$run" -n 2 -t 50 "$perf" -b 64K -e 64K -n 1 -w 0 >"$tmp/out" 2>"$tmp/err" && return 0
+    local rc=$?
+    echo "job exited with $rc; its stderr ends:" >&2
+    tail -n 20 "$tmp/err" >&2
+    return $rc
+}
 
 job || fail "the default job failed"
 grep -q ringcc "$tmp/err" && fail "output on stderr by default: $(cat "$tmp/err")"
