@@ -48,6 +48,7 @@ typedef struct {
     size_t minbytes, maxbytes;
     long factor, msgs, window, warmup, check;
     int bidir;
+    int registered; /* -r: buffers registered with the transport (zero-copy sends on ibverbs) */
     const char *json_path, *csv_path; /* --json, --csv: the results as data too ("-": stdout) */
 } lp_opts_t;
 
@@ -62,13 +63,14 @@ typedef struct {
     int64_t timeout_ns;
     uint32_t seq; /* next message number, alike at both ends */
     long wrong;   /* bytes found wrong */
+    rcci_mr_t **smr, **rmr; /* -r: each window place's registrations; else NULL */
 } lp_link_t;
 
 static void lp_usage(FILE *f)
 {
     fprintf(f,
             "usage: ringcc-run -n 2 %s [-t TRANSPORT] [-b MIN] [-e MAX] [-f FACTOR] [-n MSGS]\n"
-            "       [-W WINDOW] [-w WARMUP] [-B] [-c 0|1]\n"
+            "       [-W WINDOW] [-w WARMUP] [-B] [-r] [-c 0|1]\n"
             "  -t  transport (tcp, ibverbs, ...; default: the first that starts here)\n"
             "  -b, -e  smallest and largest message (8, 64K, 4M; default 1 and 64M)\n"
             "  -f  factor between sizes (default 4)\n"
@@ -77,6 +79,8 @@ static void lp_usage(FILE *f)
             "  -w  warmup messages per size, not timed (default: 128 MiB of them, 8 to 1024;\n"
             "      a TCP connection's windows take about that long to open)\n"
             "  -B  both directions at once (bidirectional bandwidth)\n"
+            "  -r  register the buffers with the transport first (reg_mem): ibverbs then sends\n"
+            "      them without staging, the adapter reading them itself\n"
             "  -c  1: check every byte received; 0: the first and last 8 (default)\n"
             "  --json PATH, --csv PATH  also write the results as data to PATH ('-': stdout,\n"
             "      the table then goes to stderr); busbw_GBps is the link's GB/s, so that\n"
@@ -108,13 +112,14 @@ static void lp_parse(int argc, char **argv, lp_opts_t *o)
     static const struct option longopts[] = {
         {"json", required_argument, NULL, 'J'}, {"csv", required_argument, NULL, 'V'}, {0}};
     int c;
-    while ((c = getopt_long(argc, argv, "t:b:e:f:n:W:w:Bc:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "t:b:e:f:n:W:w:Brc:h", longopts, NULL)) != -1) {
         long *lv = NULL, lo = 0, hi = 0;
         switch (c) {
         case 't': o->transport = optarg; continue;
         case 'J': o->json_path = optarg; continue;
         case 'V': o->csv_path = optarg; continue;
         case 'B': o->bidir = 1; continue;
+        case 'r': o->registered = 1; continue;
         case 'h': lp_usage(stdout); exit(0);
         case 'b':
         case 'e':
@@ -210,13 +215,14 @@ static rcc_result_t lp_wait(lp_link_t *l, rcci_request_t *req, int send)
     }
 }
 
+/* `mr`: buf's registration (-r), or NULL. */
 static rcc_result_t lp_post(lp_link_t *l, int send, void *buf, size_t n, uint32_t seq,
-                            rcci_request_t **req)
+                            rcci_mr_t *mr, rcci_request_t **req)
 {
     rcci_tag_t tag = {.seq = seq};
     memset(tag.sig, 0, sizeof tag.sig);
-    return send ? l->tr->isend(l->conn, buf, n, &tag, NULL, req)
-                : l->tr->irecv(l->conn, buf, n, &tag, NULL, req);
+    return send ? l->tr->isend(l->conn, buf, n, &tag, mr, req)
+                : l->tr->irecv(l->conn, buf, n, &tag, mr, req);
 }
 
 /* Messages of `n` bytes in flight: WINDOW, within LP_MEM. */
@@ -249,14 +255,14 @@ static rcc_result_t lp_stream(lp_link_t *l, const lp_opts_t *o, size_t n, long c
     while ((send_on && sent < count) || (recv_on && recvd < count)) {
         /* Keep both windows full, then retire the oldest of each. */
         while (recv_on && rposted < count && rposted - recvd < w) {
-            RCC_CHECK(
-                lp_post(l, 0, rbuf[rposted % w], n, base + (uint32_t)rposted, &rreq[rposted % w]));
+            RCC_CHECK(lp_post(l, 0, rbuf[rposted % w], n, base + (uint32_t)rposted,
+                              l->rmr ? l->rmr[rposted % w] : NULL, &rreq[rposted % w]));
             rposted++;
         }
         while (send_on && sposted < count && sposted - sent < w) {
             lp_fill(sbuf[sposted % w], n, base + (uint32_t)sposted, o->check);
-            RCC_CHECK(
-                lp_post(l, 1, sbuf[sposted % w], n, base + (uint32_t)sposted, &sreq[sposted % w]));
+            RCC_CHECK(lp_post(l, 1, sbuf[sposted % w], n, base + (uint32_t)sposted,
+                              l->smr ? l->smr[sposted % w] : NULL, &sreq[sposted % w]));
             sposted++;
         }
         if (recv_on && recvd < count) {
@@ -286,7 +292,7 @@ static rcc_result_t lp_ack(lp_link_t *l, int send)
 {
     uint8_t b = 0;
     rcci_request_t *r;
-    rcc_result_t res = lp_post(l, send, &b, 1, l->seq++, &r);
+    rcc_result_t res = lp_post(l, send, &b, 1, l->seq++, NULL, &r);
     return res == RCC_SUCCESS ? lp_wait(l, r, send) : res;
 }
 
@@ -334,7 +340,7 @@ static rcc_result_t lp_latency(lp_link_t *l, const lp_opts_t *o, size_t n, uint8
             int send = (leg == 0) == (l->rank == 0);
             if (send)
                 lp_fill(buf, n, l->seq, o->check);
-            RCC_CHECK(lp_post(l, send, buf, n, l->seq, &r));
+            RCC_CHECK(lp_post(l, send, buf, n, l->seq, l->rmr ? l->rmr[0] : NULL, &r));
             RCC_CHECK(lp_wait(l, r, send));
             if (!send)
                 lp_verify(l, buf, n, l->seq, o->check);
@@ -374,6 +380,38 @@ static rcc_result_t lp_open(struct rcc_comm *comm, const char *want, const rcci_
                       *want ? "" : "at all", why);
 }
 
+/* -r: every window place's buffers registered once, as an application reusing its
+ * buffers would (registration costs far more than a message). */
+static rcc_result_t lp_register(lp_link_t *l, const lp_opts_t *o, void *tctx, uint8_t **sbuf,
+                                uint8_t **rbuf)
+{
+    l->smr = calloc((size_t)o->window, sizeof *l->smr);
+    l->rmr = calloc((size_t)o->window, sizeof *l->rmr);
+    if (!l->smr || !l->rmr)
+        return rcci_error(RCC_ERR_NO_MEMORY, "registrations");
+    for (long i = 0; i < o->window; i++) {
+        size_t n = lp_place_bytes(o, i);
+        if (l->tr->reg_mem(tctx, sbuf[i], n, RCCI_MEM_HOST, &l->smr[i]) != RCC_SUCCESS ||
+            l->tr->reg_mem(tctx, rbuf[i], n, RCCI_MEM_HOST, &l->rmr[i]) != RCC_SUCCESS)
+            return rcci_error(RCC_ERR_SYSTEM, "-r: registering %zu bytes with %s: %s", n,
+                              l->tr->name, rcci_tls_error());
+    }
+    return RCC_SUCCESS;
+}
+
+static void lp_deregister(lp_link_t *l, const lp_opts_t *o, void *tctx)
+{
+    for (long i = 0; l->smr && i < o->window; i++) {
+        if (l->smr[i])
+            l->tr->dereg_mem(tctx, l->smr[i]);
+        if (l->rmr[i])
+            l->tr->dereg_mem(tctx, l->rmr[i]);
+    }
+    free(l->smr);
+    free(l->rmr);
+    l->smr = l->rmr = NULL;
+}
+
 /* The connection: rank 0 listens, rank 1 connects, over the bootstrap. */
 static rcc_result_t lp_connect(struct rcc_comm *comm, lp_link_t *l, void *tctx,
                                rcci_listener_t **listener)
@@ -396,9 +434,10 @@ static void lp_print_header(const lp_opts_t *o, const lp_link_t *l, struct rcc_c
 {
     char peer[128];
     rcci_bootstrap_peer_name(comm->bootstrap, 1, peer, sizeof peer);
-    fprintf(lp_text, "# %s: %s, rank 0 %s %s, %ld messages per size%s\n", LP_NAME, l->tr->name,
-           o->bidir ? "<->" : "->", peer, o->msgs,
-           o->bidir ? ", both directions at once (MB/s: the sum)" : "");
+    fprintf(lp_text, "# %s: %s, rank 0 %s %s, %ld messages per size%s%s\n", LP_NAME, l->tr->name,
+            o->bidir ? "<->" : "->", peer, o->msgs,
+            o->bidir ? ", both directions at once (MB/s: the sum)" : "",
+            o->registered ? ", registered buffers (-r)" : "");
     fprintf(lp_text, "# %12s %8s %10s %10s %10s %10s %10s\n", "size(B)", "window", "msgs",
             "time(s)", "MB/s", "Gbit/s", "lat(us)");
 }
@@ -430,6 +469,8 @@ int main(int argc, char **argv)
         rbuf[i] = calloc(1, lp_place_bytes(&o, i));
     }
     res = lp_open(comm, o.transport, &l.tr, &tctx);
+    if (res == RCC_SUCCESS && o.registered)
+        res = lp_register(&l, &o, tctx, sbuf, rbuf);
     if (res == RCC_SUCCESS)
         res = lp_connect(comm, &l, tctx, &listener);
     int to_stdout = (o.json_path && !strcmp(o.json_path, "-")) ||
@@ -490,8 +531,10 @@ int main(int argc, char **argv)
         l.tr->close(l.conn);
     if (listener)
         l.tr->close_listener(listener);
-    if (tctx)
+    if (tctx) {
+        lp_deregister(&l, &o, tctx);
         l.tr->fini(tctx);
+    }
     for (long i = 0; i < o.window; i++)
         free(sbuf[i]), free(rbuf[i]);
     free(sbuf);

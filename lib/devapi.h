@@ -92,6 +92,14 @@ typedef struct rcci_devapi {
      * exporter's handle) says: how far a peer's window may reach. NULL:
      * unknown, and no window is used. */
     rcc_result_t (*ipc_size)(void *p, size_t *bytes);
+
+    /* -- appended for GPUDirect RDMA (transports/ibverbs/); NULL: none. -- */
+    /* A dma-buf descriptor (*fd, the caller closes it) through which an RDMA
+     * device reads and writes device memory [p, p + bytes) directly
+     * (ibv_reg_dmabuf_mr); p lies *offset bytes into it. p and bytes are
+     * multiples of the host page size. RCC_ERR_UNSUPPORTED with the reason
+     * where the device, its driver or the allocation cannot. */
+    rcc_result_t (*dmabuf_export)(const void *p, size_t bytes, int *fd, uint64_t *offset);
 } rcci_devapi_t;
 
 /* Size of an ipc_alloc handle (CUDA's cudaIpcMemHandle_t is 64 bytes). */

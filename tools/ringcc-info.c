@@ -1,7 +1,8 @@
 /*
  * ringcc-info — what this build and this host offer (libfabric's fi_info, NCCL's
  * NCCL_DEBUG=INFO banner, as a program): version, features built, transports and why
- * unusable ones are not, network interfaces, GPUs, RDMA devices, and every RCC_*
+ * unusable ones are not, whether GPUDirect RDMA works, network interfaces, GPUs, RDMA
+ * devices, and every RCC_*
  * parameter with its default, current value and description, straight from the one
  * parameter table (lib/params.h).
  *
@@ -13,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "devapi.h"
 #include "hostinv.h"
 #include "params.h"
 #include "rcc_config.h"
@@ -78,6 +81,74 @@ static void info_transports(void)
     for (size_t k = 0; k < sizeof info_known / sizeof info_known[0]; k++)
         if (!info_built(info_known[k].name))
             printf("  %-8s not usable: %s\n", info_known[k].name, info_known[k].missing);
+}
+
+static void info_gdr_register(const rcci_transport_t *verbs, void *buf, size_t bytes)
+{
+    char why[512];
+    if (!verbs) {
+        printf("  ibverbs registration: not tried: ibverbs is not built\n");
+        return;
+    }
+    info_transport_usable(verbs, why, sizeof why);
+    if (strncmp(why, "usable", 6) != 0) {
+        printf("  ibverbs registration: not tried: ibverbs is %s\n", why);
+        return;
+    }
+    rcci_addr_t local;
+    char ifname[64];
+    void *tctx = NULL;
+    rcci_transport_env_t env = {.rank = 0, .nranks = 1};
+    if (rcci_addr_pick_local(rcci_param_str(RCCI_PARAM_SOCKET_IFNAME), NULL, &local, ifname,
+                             sizeof ifname) != RCC_SUCCESS) {
+        printf("  ibverbs registration: not tried: %s\n", rcc_last_error(NULL));
+        return;
+    }
+    memcpy(&env.local_addr, &local.u, local.len);
+    env.local_addr_len = local.len;
+    rcci_mr_t *mr = NULL;
+    if (verbs->init(&env, &tctx) != RCC_SUCCESS) {
+        printf("  ibverbs registration: not tried: %s\n", rcc_last_error(NULL));
+    } else if (verbs->reg_mem(tctx, buf, bytes, RCCI_MEM_CUDA, &mr) != RCC_SUCCESS) {
+        printf("  ibverbs registration: no: %s\n", rcc_last_error(NULL));
+        verbs->fini(tctx);
+    } else {
+        printf("  ibverbs registration: yes: device memory goes to the wire without staging\n");
+        verbs->dereg_mem(tctx, mr);
+        verbs->fini(tctx);
+    }
+}
+
+/* GPUDirect RDMA, tried as a job would: 2 MiB of device memory exported as a dma-buf
+ * (the GPU's half, answerable without an adapter), then registered with ibverbs. */
+static void info_gdr(void)
+{
+    printf("\nGPUDirect RDMA (the RDMA adapter reads and writes GPU memory itself):\n");
+    const rcci_transport_t *verbs = info_built("ibverbs");
+    const rcci_devapi_t *dev = rcci_devapi();
+    if (!rcc_cuda_available() || !dev || !dev->ipc_alloc) {
+        printf("  no: no usable CUDA device\n");
+        return;
+    }
+    const size_t bytes = 2u << 20;
+    void *buf = NULL;
+    char handle[RCCI_IPC_HANDLE_BYTES];
+    if (dev->ipc_alloc(&buf, bytes, 0, handle) != RCC_SUCCESS) {
+        printf("  no: 2 MiB of device memory: %s\n", rcc_last_error(NULL));
+        return;
+    }
+    int fd = -1;
+    uint64_t offset;
+    if (!dev->dmabuf_export)
+        printf("  dma-buf export: no: not in this build's device table\n");
+    else if (dev->dmabuf_export(buf, bytes, &fd, &offset) != RCC_SUCCESS)
+        printf("  dma-buf export: no: %s\n", rcc_last_error(NULL));
+    else
+        printf("  dma-buf export: yes\n");
+    if (fd >= 0)
+        close(fd);
+    info_gdr_register(verbs, buf, bytes);
+    dev->ipc_free(buf);
 }
 
 static void info_features(void)
@@ -174,6 +245,7 @@ int main(int argc, char **argv)
     if (mode == 'a') {
         info_features();
         info_transports();
+        info_gdr();
         printf("\nNetwork interfaces:\n");
         hostinv_print_interfaces(stdout);
         printf("\nGPUs:\n");

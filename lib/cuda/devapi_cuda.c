@@ -17,10 +17,13 @@
 
 typedef CUresult (*stream_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 typedef CUresult (*address_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+typedef CUresult (*range_handle_fn)(void *, CUdeviceptr, size_t, CUmemRangeHandleType,
+                                    unsigned long long);
 
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static stream_value_fn write_value32, wait_value32;
 static address_range_fn address_range; /* cuMemGetAddressRange: ipc_export */
+static range_handle_fn range_handle;   /* cuMemGetHandleForAddressRange: dmabuf_export */
 static char driver_why[160];
 
 static void driver_lookup(void)
@@ -42,6 +45,12 @@ static void driver_lookup(void)
                                         &found) == cudaSuccess &&
         found == cudaDriverEntryPointSuccess)
         address_range = (address_range_fn)range;
+    void *handle = NULL;
+    /* 11070: CUDA 11.7, where dma-buf export appeared. */
+    if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &handle, 11070,
+                                         cudaEnableDefault, &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+        range_handle = (range_handle_fn)handle;
     if (!write_value32 || !wait_value32)
         snprintf(driver_why, sizeof driver_why,
                  "the driver has no cuStreamWriteValue32/cuStreamWaitValue32 (%s)",
@@ -395,6 +404,29 @@ static rcc_result_t cuda_ipc_size(void *p, size_t *bytes)
     return res;
 }
 
+/* The driver exports exactly the range asked for, so p is at offset 0. It
+ * refuses where the kernel module or the allocation (a VMM range not fully
+ * mapped, say) does not allow dma-buf. */
+static rcc_result_t cuda_dmabuf_export(const void *p, size_t bytes, int *fd, uint64_t *offset)
+{
+    pthread_once(&driver_once, driver_lookup);
+    if (!range_handle)
+        return rcci_error(RCC_ERR_UNSUPPORTED,
+                          "the driver has no cuMemGetHandleForAddressRange (CUDA 11.7+)");
+    int out = -1;
+    CUresult r = range_handle(&out, (CUdeviceptr)(uintptr_t)p, bytes,
+                              CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (r != CUDA_SUCCESS) /* the number: libcuda itself is not linked, for its names */
+        return rcci_error(RCC_ERR_UNSUPPORTED,
+                          "cuMemGetHandleForAddressRange (dma-buf) of %zu bytes at %p: CUresult "
+                          "%d%s",
+                          bytes, p, (int)r,
+                          r == CUDA_ERROR_NOT_SUPPORTED ? " (not supported here)" : "");
+    *fd = out;
+    *offset = 0;
+    return RCC_SUCCESS;
+}
+
 const rcci_devapi_t rcci_devapi_cuda = {
     .name = "cuda",
     .device_count = rcci_cuda_device_count,
@@ -423,4 +455,5 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .copy2 = rcci_cuda_copy2,
     .ipc_export = cuda_ipc_export,
     .ipc_size = cuda_ipc_size,
+    .dmabuf_export = cuda_dmabuf_export,
 };

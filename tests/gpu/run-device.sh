@@ -7,6 +7,9 @@
 # conformance suite for cudaipc, built without Check), bench ringcc-kernperf, bench
 # ringcc-streamperf and PyTorch through the NCCL shim, and writes the logs into OUTDIR:
 #   setup.log build.log        meson setup and ninja
+#   info.txt                   ringcc-info: the device as ringcc sees it, and whether a GPU
+#                              buffer exports as a dma-buf (GPUDirect RDMA's GPU half; the
+#                              summary repeats those lines)
 #   gpu-tests.log testlog.txt  meson test --suite gpu (console, and meson's full log)
 #   gpu-tests-tcp.log          only when that failed: the suite again with RCC_TRANSPORT=tcp (no
 #                              device ring); when it passes, the PyTorch stage runs so too
@@ -30,7 +33,7 @@
 set -u
 
 if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 mkdir -p "$1" || exit 2
@@ -75,6 +78,8 @@ if ! stage build 240 "$out/build.log" ninja -C "$build" -j "$jobs"; then
     grep -m 20 -B 2 -A 10 'FAILED' "$out/build.log"
     exit 1
 fi
+stage info 30 "$out/info.txt" "$build/tools/ringcc-info" || status=1
+sed -n '/^GPUDirect/,/^$/p' "$out/info.txt" | tee -a "$out/summary.txt"
 stage gpu-tests 300 "$out/gpu-tests.log" \
     meson test -C "$build" --no-rebuild --suite gpu --print-errorlogs || status=1
 cp "$build/meson-logs/testlog.txt" "$out/testlog.txt" 2>/dev/null

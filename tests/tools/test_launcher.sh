@@ -386,6 +386,25 @@ if [[ -x $PERF ]]; then
 fi
 
 # ------------------------------------------------------------------------------------------
+echo "== (h) ringcc-linkperf"
+
+LINKPERF=$(dirname "$PERF")/ringcc-linkperf
+if [[ -x $LINKPERF ]]; then
+    # Every byte checked, one way and both ways, from buffers as they come and from buffers
+    # registered with the transport first (-r: zero-copy sends where the transport has them).
+    for opts in "-c 1" "-c 1 -B" "-c 1 -r" "-c 1 -r -B"; do
+        # shellcheck disable=SC2086 # the options are words on purpose
+        run 120 "$RUN" -n 2 "$LINKPERF" $opts -b 1 -e 4M -n 8 -w 1
+        if expect_rc 0 "(h) linkperf $opts" &&
+            [[ $(grep -cE '^\[0\] +[0-9]+ +[0-9]+ +8 ' "$TMP/out") -eq 12 ]]; then
+            pass "(h) ringcc-linkperf $opts: 12 sizes, every byte right"
+        else
+            fail "(h) ringcc-linkperf $opts: expected 12 rows and exit 0"
+        fi
+    done
+fi
+
+# ------------------------------------------------------------------------------------------
 if [[ ${#failed[@]} -ne 0 ]]; then
     echo "${#failed[@]} check(s) failed:" >&2
     printf '  %s\n' "${failed[@]}" >&2

@@ -10,7 +10,12 @@
  * zero-length SENDs with immediate. A send completes when its last
  * fragment is posted (its bytes are staged), as a TCP send does when the
  * socket took it. Buffers registered with reg_mem go into the registration
- * cache (mrcache.h) for one-sided use later; isend/irecv stage every buffer.
+ * cache (mrcache.h); an isend given such a registration is not staged: the
+ * adapter reads the payload from it (a second gather entry after the header)
+ * and the send completes when its last write has completed. Device memory
+ * registers directly (GPUDirect RDMA: a dma-buf from the device table, else
+ * ibv_reg_mr through nvidia-peermem), so a GPU's data goes from its memory
+ * to the wire; receives always land in the host slots.
  *
  * The engine polls through test; while idle it sleeps on wait_fd, an epoll
  * set of the connection's completion channel (armed with ibv_req_notify_cq
@@ -30,6 +35,7 @@
 
 #include "clock.h"
 #include "connstate.h"
+#include "devapi.h"
 #include "device.h"
 #include "err.h"
 #include "hello.h"
@@ -50,6 +56,7 @@
 #define IBV_WR_RECV 0u     /* wr_id of a receive */
 #define IBV_WR_WRITE 1u    /* wr_id of a data write */
 #define IBV_WR_CONTROL 2u  /* wr_id of a credit or close */
+#define IBV_MR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
 /* Returns a failure at once (functions without a cleanup label). */
 #define IBV_TRY(expr)                                                                              \
@@ -64,6 +71,7 @@ typedef struct {
     rcci_ibv_device_t dev;
     rcci_mrc_t mrs;
     rcci_ibp_geom_t geom;
+    rcci_mem_type_t reg_type; /* of the reg_mem call in progress: how verbs_reg registers */
 } verbs_ctx_t;
 
 typedef struct {
@@ -86,6 +94,8 @@ struct rcci_request {
     char *buf;
     size_t bytes;
     uint64_t sent; /* wire bytes staged and posted (send) */
+    const struct ibv_mr *zero_copy; /* send: the payload's registration, read by the adapter */
+    uint64_t last_write;            /* zero-copy send: tx.written after its last fragment */
     rcci_tag_t tag;
     int complete;
 };
@@ -116,6 +126,7 @@ struct rcci_conn {
     char peer[96];
     char self[16];
     rcci_req_fifo_t sends, recvs;
+    rcci_req_fifo_t unfinished; /* zero-copy sends all posted, their writes not yet complete */
 };
 
 /* ---- small helpers ---- */
@@ -173,12 +184,49 @@ static rcc_result_t verbs_next_cm_event(struct rdma_event_channel *ch, int64_t d
 
 /* ---- context ---- */
 
+/* GPUDirect RDMA: device memory registered for the adapter to reach it
+ * directly. A dma-buf first (the upstream kernel path, CUDA 11.7+ and a
+ * kernel with dma-buf support in the RDMA driver), else ibv_reg_mr on the
+ * device pointer, which works where nvidia-peermem is loaded. */
+static rcc_result_t verbs_reg_device(verbs_ctx_t *ctx, void *addr, size_t bytes, void **handle)
+{
+    const rcci_devapi_t *dev = rcci_devapi();
+    char dmabuf_why[400] = "no dma-buf export in this build";
+    if (dev && dev->dmabuf_export) {
+        int fd = -1;
+        uint64_t offset = 0;
+        if (dev->dmabuf_export(addr, bytes, &fd, &offset) == RCC_SUCCESS) {
+            struct ibv_mr *mr = ibv_reg_dmabuf_mr(ctx->dev.pd, offset, bytes,
+                                                  (uint64_t)(uintptr_t)addr, fd, IBV_MR_ACCESS);
+            int err = errno;
+            close(fd); /* the registration holds the dma-buf itself */
+            if (mr) {
+                *handle = mr;
+                return RCC_SUCCESS;
+            }
+            snprintf(dmabuf_why, sizeof dmabuf_why, "ibv_reg_dmabuf_mr: %s", strerror(err));
+        } else {
+            snprintf(dmabuf_why, sizeof dmabuf_why, "%s", rcci_tls_error());
+        }
+    }
+    struct ibv_mr *mr = ibv_reg_mr(ctx->dev.pd, addr, bytes, IBV_MR_ACCESS);
+    if (mr) {
+        *handle = mr;
+        return RCC_SUCCESS;
+    }
+    return rcci_error(RCC_ERR_UNSUPPORTED,
+                      "GPUDirect RDMA: device memory (%zu bytes at %p) cannot be registered on "
+                      "%s: as a dma-buf: %s; as peer memory: ibv_reg_mr: %s (nvidia-peermem not "
+                      "loaded?)",
+                      bytes, addr, ctx->dev.name, dmabuf_why, strerror(errno));
+}
+
 static rcc_result_t verbs_reg(void *arg, void *addr, size_t bytes, void **handle)
 {
     verbs_ctx_t *ctx = arg;
-    struct ibv_mr *mr =
-        ibv_reg_mr(ctx->dev.pd, addr, bytes,
-                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    if (ctx->reg_type == RCCI_MEM_CUDA)
+        return verbs_reg_device(ctx, addr, bytes, handle);
+    struct ibv_mr *mr = ibv_reg_mr(ctx->dev.pd, addr, bytes, IBV_MR_ACCESS);
     if (!mr)
         return rcci_error_errno(RCC_ERR_SYSTEM, errno, "ibv_reg_mr of %zu bytes at %p on %s", bytes,
                                 addr, ctx->dev.name);
@@ -324,7 +372,7 @@ static rcc_result_t verbs_make_qp(rcci_conn_t *c)
                                   .qp_type = IBV_QPT_RC,
                                   .cap = {.max_send_wr = (uint32_t)c->sq_depth,
                                           .max_recv_wr = (uint32_t)depth,
-                                          .max_send_sge = 1,
+                                          .max_send_sge = 2, /* header + zero-copy payload */
                                           .max_recv_sge = 1}};
     if (rdma_create_qp(c->id, c->ctx->dev.pd, &qa))
         return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_create_qp for %s", c->peer);
@@ -621,19 +669,20 @@ static void verbs_close_listener(rcci_listener_t *l)
 
 struct rcci_mr {
     rcci_mrc_entry_t *entry;
+    rcci_mem_type_t type;
 };
 
 static rcc_result_t verbs_reg_mem(void *tctx, void *ptr, size_t bytes, rcci_mem_type_t type,
                                   rcci_mr_t **out)
 {
     verbs_ctx_t *ctx = tctx;
-    /* CUDA memory registers directly where nvidia-peermem (or the dmabuf
-     * path in the driver) lets ibv_reg_mr take a device pointer; else it
-     * fails here and the caller stages through host memory. */
-    (void)type;
+    /* CUDA memory that cannot be registered directly fails here, with both
+     * reasons; the caller then stages it through host memory. */
     rcci_mr_t *mr = calloc(1, sizeof *mr);
     if (!mr)
         return rcci_error(RCC_ERR_NO_MEMORY, "verbs memory handle");
+    mr->type = type;
+    ctx->reg_type = type;
     rcc_result_t res = rcci_mrc_get(&ctx->mrs, ptr, bytes, &mr->entry);
     if (res != RCC_SUCCESS) {
         free(mr);
@@ -675,23 +724,34 @@ static rcc_result_t verbs_post_control(rcci_conn_t *c, uint32_t imm)
     return verbs_post_send(c, &wr);
 }
 
-/* Stages the next fragment of a message (header `hdr`, payload `buf`) and
- * writes it; 0 when no slot or send queue entry is free. */
+/* Writes the next fragment of a message (header `hdr`, payload `buf`): the
+ * header always, and the payload unless `zero_copy` registers it, staged;
+ * 0 when no slot or send queue entry is free. */
 static int verbs_write_next(rcci_conn_t *c, const uint8_t *hdr, const char *buf, size_t bytes,
-                            uint64_t *sent)
+                            uint64_t *sent, const struct ibv_mr *zero_copy)
 {
     rcci_ibp_frag_t f;
     if (!verbs_sq_free(c) || !rcci_ibp_tx_next(&c->tx, bytes, sent, &f))
         return 0;
     char *st = c->staging + f.remote_offset;
     memcpy(st, hdr, f.header_bytes); /* 0 but in the first fragment */
-    if (f.payload_bytes)
+    struct ibv_sge sge[2];
+    int nsge = 0;
+    if (!zero_copy || f.header_bytes)
+        sge[nsge++] = (struct ibv_sge){.addr = (uintptr_t)st, .length = f.header_bytes,
+                                       .lkey = c->staging_mr->lkey};
+    if (f.payload_bytes && !zero_copy) {
         memcpy(st + f.header_bytes, buf + f.payload_offset, f.payload_bytes);
-    struct ibv_sge sge = {.addr = (uintptr_t)st, .length = f.len, .lkey = c->staging_mr->lkey};
+        sge[0].length += (uint32_t)f.payload_bytes;
+    } else if (f.payload_bytes) {
+        sge[nsge++] = (struct ibv_sge){.addr = (uintptr_t)(buf + f.payload_offset),
+                                       .length = (uint32_t)f.payload_bytes,
+                                       .lkey = zero_copy->lkey};
+    }
     struct ibv_send_wr wr = {
         .wr_id = IBV_WR_WRITE,
-        .sg_list = &sge,
-        .num_sge = 1,
+        .sg_list = sge,
+        .num_sge = nsge,
         .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
         .imm_data = htonl(f.imm),
         .wr.rdma = {.remote_addr = c->remote_addr + f.remote_offset, .rkey = c->remote_rkey}};
@@ -855,14 +915,22 @@ static rcc_result_t verbs_drive(rcci_conn_t *c)
             struct rcci_request *r = c->sends.head;
             uint8_t hdr[RCCI_WIRE_HEADER_BYTES];
             rcci_wire_encode(hdr, &r->tag, r->bytes);
-            if (!verbs_write_next(c, hdr, r->buf, r->bytes, &r->sent))
+            if (!verbs_write_next(c, hdr, r->buf, r->bytes, &r->sent, r->zero_copy))
                 break;
             any = 1;
             if (r->sent == RCCI_WIRE_HEADER_BYTES + r->bytes) {
-                r->complete = 1;
                 rcci_req_fifo_pop(&c->sends);
+                r->last_write = c->tx.written;
+                if (r->zero_copy) /* the adapter still reads the buffer */
+                    rcci_req_fifo_push(&c->unfinished, r);
+                else
+                    r->complete = 1;
             }
         }
+        /* Writes complete in order on RC: a zero-copy send is done with
+         * its buffer once the write of its last fragment has completed. */
+        while (c->unfinished.head && c->tx.completed >= c->unfinished.head->last_write)
+            rcci_req_fifo_pop(&c->unfinished)->complete = 1;
         if (any)
             continue;
         if (!c->cq_armed) { /* arm, then look once more: no wake-up is lost */
@@ -895,14 +963,26 @@ static rcc_result_t verbs_post(rcci_conn_t *c, int is_send, const void *buf, siz
 static rcc_result_t verbs_isend(rcci_conn_t *c, const void *buf, size_t bytes,
                                 const rcci_tag_t *tag, rcci_mr_t *mr, rcci_request_t **req)
 {
-    (void)mr;
-    return verbs_post(c, 1, buf, bytes, tag, req);
+    if (mr && bytes > 0 &&
+        ((uintptr_t)buf < mr->entry->start || bytes > mr->entry->end - (uintptr_t)buf))
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "send of %zu bytes at %p to %s: outside its registration [%#lx, %#lx)",
+                          bytes, buf, c->peer, (unsigned long)mr->entry->start,
+                          (unsigned long)mr->entry->end);
+    rcc_result_t res = verbs_post(c, 1, buf, bytes, tag, req);
+    if (res == RCC_SUCCESS && mr && bytes > 0)
+        (*req)->zero_copy = mr->entry->handle;
+    return res;
 }
 
 static rcc_result_t verbs_irecv(rcci_conn_t *c, void *buf, size_t bytes, const rcci_tag_t *tag,
                                 rcci_mr_t *mr, rcci_request_t **req)
 {
-    (void)mr;
+    if (mr && mr->type == RCCI_MEM_CUDA)
+        return rcci_error(RCC_ERR_UNSUPPORTED,
+                          "receive from %s into device memory: ibverbs receives into host memory "
+                          "(its slots), so device buffers are received through host memory",
+                          c->peer);
     return verbs_post(c, 0, buf, bytes, tag, req);
 }
 
@@ -910,6 +990,8 @@ static rcc_result_t verbs_test(rcci_request_t *r, int *done)
 {
     rcci_conn_t *c = r->conn;
     rcc_result_t res = r->complete ? RCC_SUCCESS : verbs_drive(c);
+    if (res != RCC_SUCCESS && !r->complete) /* rcci_req_finish frees it */
+        rcci_req_fifo_unlink(&c->unfinished, r);
     return rcci_req_finish(&c->sends, &c->recvs, r, res, done);
 }
 
@@ -968,7 +1050,7 @@ static void verbs_send_frame_now(rcci_conn_t *c, const uint8_t *hdr, const char 
         return;
     verbs_poll(c, &(int){0});
     uint64_t sent = 0;
-    verbs_write_next(c, hdr, text, len, &sent); /* best effort */
+    verbs_write_next(c, hdr, text, len, &sent, NULL); /* best effort */
 }
 
 static void verbs_announce(rcci_conn_t *c, const rcci_tag_t *tag)
@@ -1001,9 +1083,10 @@ static void verbs_close(rcci_conn_t *c)
             verbs_post_control(c, rcci_ibp_imm_close()); /* best effort, before the disconnect */
         rdma_disconnect(c->id);
     }
-    for (rcci_req_fifo_t *q = &c->sends; q; q = q == &c->sends ? &c->recvs : NULL)
-        while (q->head)
-            free(rcci_req_fifo_pop(q));
+    rcci_req_fifo_t *queues[] = {&c->sends, &c->unfinished, &c->recvs};
+    for (size_t i = 0; i < sizeof queues / sizeof queues[0]; i++)
+        while (queues[i]->head)
+            free(rcci_req_fifo_pop(queues[i]));
     verbs_conn_free(c);
 }
 
