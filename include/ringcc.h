@@ -163,8 +163,7 @@ RCC_API rcc_result_t rcc_comm_init_rank(rcc_comm_t *comm, int nranks, rcc_unique
  *   RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun);
  *   SLURM_PROCID, SLURM_NTASKS (with RCC_ROOT or MASTER_ADDR/PORT);
  *   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (with RCC_ROOT or MASTER_*).
- * Rank 0 serves the rendezvous on the root's port (on the listening socket
- * RCC_ROOT_FD names, when ringcc-run hands one down). The job secret comes from
+ * Rank 0 serves the rendezvous on the root's port. The job secret comes from
  * RCC_SECRET (hex, set by ringcc-run); without it a weaker secret is derived
  * from the launcher's job id and the root address, and INFO logs say so.
  * Errors: as rcc_comm_init_rank, plus RCC_ERR_INVALID_USAGE when the

@@ -573,20 +573,7 @@ rcc_result_t rcc_comm_init_env(rcc_comm_t *comm, const rcc_config_t *config)
         if (any.u.sa.sa_family == AF_INET6)
             any.u.in6.sin6_addr = in6addr_any;
         rcci_addr_set_port(&any, rcci_addr_port(root));
-        /* ringcc-run listens on the port itself and hands the socket down, so that no
-         * other process can take the port before this one binds it. Taken once: a later
-         * communicator of this process listens anew. */
-        static atomic_int root_fd_taken;
-        const char *inherited = getenv("RCC_ROOT_FD");
-        if (inherited && *inherited && !atomic_exchange(&root_fd_taken, 1)) {
-            char why[80];
-            fd = rcci_sock_adopt_listener(inherited, any.u.sa.sa_family, rcci_addr_port(root),
-                                          why, sizeof why);
-            if (fd < 0)
-                RCC_WARN("RCC_ROOT_FD=%s is %s: ignored; listening on %s anew", inherited, why,
-                         job.root);
-        }
-        res = fd >= 0 ? RCC_SUCCESS : rcci_sock_listen(&any, &fd, &bound);
+        res = rcci_sock_listen(&any, &fd, &bound);
         if (res != RCC_SUCCESS) {
             rcci_error_prefix("rank 0 serves the rendezvous at %s and ", job.root);
             goto out;

@@ -258,32 +258,6 @@ rcc_result_t rcci_sock_listen(const rcci_addr_t *addr, int *fd_out, rcci_addr_t 
     return RCC_SUCCESS;
 }
 
-int rcci_sock_adopt_listener(const char *fdtext, int family, int port, char *why, size_t whylen)
-{
-    char *end;
-    errno = 0;
-    long fd = strtol(fdtext, &end, 10);
-    if (errno || end == fdtext || *end || fd < 0 || fd > INT32_MAX) {
-        snprintf(why, whylen, "not a descriptor number");
-        return -1;
-    }
-    int listening = 0;
-    socklen_t len = sizeof listening;
-    if (getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) {
-        snprintf(why, whylen, "not a listening socket");
-        return -1;
-    }
-    rcci_addr_t bound = {0};
-    bound.len = sizeof bound.u;
-    if (getsockname((int)fd, &bound.u.sa, &bound.len) != 0 || bound.u.sa.sa_family != family ||
-        rcci_addr_port(&bound) != port) {
-        snprintf(why, whylen, "not a socket of this address family bound to port %d", port);
-        return -1;
-    }
-    fcntl((int)fd, F_SETFD, FD_CLOEXEC); /* the program's children must not inherit it */
-    return (int)fd;
-}
-
 /* Waits for `events` on fd until the deadline. */
 static rcc_result_t sock_wait(int fd, short events, int64_t deadline_ns, const char *what)
 {

@@ -50,10 +50,6 @@ rcc_result_t rcci_addr_pick_local(const char *ifname, const rcci_addr_t *toward,
 
 /* Listening socket (CLOEXEC, REUSEADDR) on `addr`; *bound gets the port. */
 rcc_result_t rcci_sock_listen(const rcci_addr_t *addr, int *fd, rcci_addr_t *bound);
-/* Takes descriptor `fdtext` (decimal, from a launcher) as a listening socket when it is one,
- * of `family`, bound to `port`: returns it, close-on-exec. Otherwise -1 and `why` says what
- * it is not; the descriptor is then left alone (it may be the program's own). */
-int rcci_sock_adopt_listener(const char *fdtext, int family, int port, char *why, size_t whylen);
 /* Blocking-style connect with a deadline. With `retry_refused`, a refused
  * connection is retried until the deadline (the peer may not listen yet).
  * The returned socket is blocking, CLOEXEC, TCP_NODELAY. */

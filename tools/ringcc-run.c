@@ -91,7 +91,6 @@ static struct {
     int live;    /* ranks not yet reaped */
     pid_t pgid;  /* the ranks' process group (rank 0's pid), 0 before rank 0 exists */
     int sfd;     /* signalfd */
-    int root_fd; /* rank 0's rendezvous socket, listening; -1 when RCC_ROOT was given */
     int stopping;
     int64_t term_at_ms; /* when SIGTERM went out */
     int exit_code;      /* -1 until the job's outcome is decided */
@@ -105,7 +104,7 @@ static struct {
     /* scratch for building prefixed output */
     char *obuf;
     size_t ocap;
-} run = {.prefix = 1, .sfd = -1, .root_fd = -1, .exit_code = -1};
+} run = {.prefix = 1, .sfd = -1, .exit_code = -1};
 
 static int64_t run_now_ms(void)
 {
@@ -188,10 +187,9 @@ static void run_help(void)
         "Environment of each rank (what rcc_comm_init_env() reads):\n"
         "  RCC_RANK     the rank, 0 to N-1\n"
         "  RCC_NRANKS   N\n"
-        "  RCC_ROOT     127.0.0.1:PORT, where rank 0 serves the rendezvous; the launcher\n"
-        "               listens on a free PORT itself and hands the socket to rank 0\n"
-        "  RCC_ROOT_FD  (rank 0 only) that socket's descriptor, which rcc_comm_init_env()\n"
-        "               takes instead of binding PORT again (so no other process can take it)\n"
+        "  RCC_ROOT     127.0.0.1:PORT, where rank 0 serves the rendezvous; PORT is a port\n"
+        "               that was free when the launcher started, below the ephemeral range\n"
+        "               (ip_local_port_range), so no auto-bound socket can take it meanwhile\n"
         "  RCC_SECRET   64 random hex characters (getrandom), the job secret\n"
         "  RCC_RUN_TTY  1 when the launcher's stderr is a terminal (benchmarks then show\n"
         "               progress on /dev/tty, past the line-by-line relay)\n"
@@ -316,26 +314,50 @@ static int run_check_program(const char *prog, char *why, size_t whylen)
     return found_unrunnable ? 126 : 127;
 }
 
-/* Rank 0's rendezvous socket, opened here and inherited by rank 0 (RCC_ROOT_FD): a port
- * chosen here and bound later by rank 0 could be taken in between by any other process.
- * Every address, as rank 0 itself would listen. Returns the port, or -1 with errno. */
-static int run_root_listen(void)
+/* The lowest port the kernel hands out by itself (connect, bind to port 0). */
+static int run_ephemeral_low(void)
 {
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0)
-        return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    socklen_t alen = sizeof a;
-    if (bind(s, (struct sockaddr *)&a, sizeof a) != 0 || listen(s, 1024) != 0 ||
-        getsockname(s, (struct sockaddr *)&a, &alen) != 0) {
-        int e = errno;
-        close(s);
-        errno = e;
-        return -1;
+    int low = 32768; /* Linux's default */
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (f) {
+        if (fscanf(f, "%d", &low) != 1)
+            low = 32768;
+        fclose(f);
     }
-    run.root_fd = s;
-    return ntohs(a.sin_port);
+    return low;
+}
+
+/* A port that is free now; rank 0 binds it moments later (the address must be known
+ * before any rank exists, as torchrun's MASTER_PORT is). Chosen at random below the
+ * ephemeral range, on every address as rank 0 listens: in between, a socket that connects
+ * or binds port 0 (a test running beside us, this job's own ranks) cannot be given it. */
+static int run_free_port(void)
+{
+    int low = run_ephemeral_low();
+    int base = low - 12000 > 1024 ? low - 12000 : 1024, span = low - base;
+    if (span < 64) /* an odd range: let the kernel choose */
+        base = 0, span = 1;
+    for (int attempt = 0; attempt < 256; attempt++) {
+        uint32_t r = 0;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+            r = (uint32_t)getpid() * 2654435761u + (uint32_t)attempt;
+        int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0)
+            return -1;
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        a.sin_addr.s_addr = htonl(INADDR_ANY);
+        a.sin_port = htons((uint16_t)(base ? base + (int)(r % (uint32_t)span) : 0));
+        socklen_t alen = sizeof a;
+        int port = -1;
+        if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+            getsockname(s, (struct sockaddr *)&a, &alen) == 0)
+            port = ntohs(a.sin_port);
+        close(s);
+        if (port > 0)
+            return port;
+    }
+    errno = EADDRINUSE;
+    return -1;
 }
 
 static int run_random_hex(char *out, size_t nbytes)
@@ -373,12 +395,10 @@ static void run_setup_env(void)
     snprintf(buf, sizeof buf, "%d", run.nranks);
     if (setenv("RCC_NRANKS", buf, 1) != 0)
         run_oom();
-    /* Only this launch's own socket may be handed down, never one named by our parent. */
-    unsetenv("RCC_ROOT_FD");
     if (!run_env_is_set("RCC_ROOT")) {
-        int port = run_root_listen();
+        int port = run_free_port();
         if (port <= 0) {
-            run_msg("cannot listen on a TCP port for the rendezvous: %s", strerror(errno));
+            run_msg("cannot find a free TCP port on 127.0.0.1: %s", strerror(errno));
             exit(RUN_EXIT_LAUNCH);
         }
         snprintf(buf, sizeof buf, "127.0.0.1:%d", port);
@@ -479,13 +499,6 @@ run_child(int rank, const int out_w[2], int stdin_fd, pid_t launcher)
     char buf[16];
     snprintf(buf, sizeof buf, "%d", rank);
     setenv("RCC_RANK", buf, 1);
-    if (rank == 0 && run.root_fd >= 0) {
-        /* The one descriptor a rank inherits; the others' copies close at exec. */
-        if (fcntl(run.root_fd, F_SETFD, 0) != 0)
-            _exit(RUN_EXIT_LAUNCH);
-        snprintf(buf, sizeof buf, "%d", run.root_fd);
-        setenv("RCC_ROOT_FD", buf, 1);
-    }
     execvp(run.argv[0], run.argv);
     int e = errno;
     char msg[512];
@@ -910,9 +923,6 @@ int main(int argc, char **argv)
             run_msg("rank %d is pid %d", i, (int)run.ranks[i].pid);
     }
     close(devnull);
-    if (run.root_fd >= 0) /* rank 0 holds its own copy now */
-        close(run.root_fd);
-    run.root_fd = -1;
 
     run_loop(start_ms);
 
