@@ -31,7 +31,8 @@ typedef enum {
     RCCI_ALLREDUCE_RING,
     RCCI_ALLREDUCE_RABENSEIFNER,
     RCCI_ALLREDUCE_RD,
-    RCCI_ALLREDUCE_DIRECT
+    RCCI_ALLREDUCE_DIRECT,
+    RCCI_ALLREDUCE_TWOSTEP
 } rcci_allreduce_algo_t;
 
 /* One message of a point-to-point operation (send, recv, alltoall). */

@@ -4,6 +4,10 @@
  *
  *  direct         one round: every rank sends its input to every other and
  *                 folds all inputs in rank order (n(n-1) messages)
+ *  twostep        two rounds, the ring's bytes: every rank sends block q of
+ *                 its input to rank q and folds the blocks it gets (its own
+ *                 block) in rank order, then sends that result to every
+ *                 other (2n(n-1) messages of a block each)
  *  rd             recursive doubling: log2(p) rounds, the whole buffer each
  *  rabenseifner   reduce-scatter by recursive halving, then allgather by
  *                 recursive doubling: 2 log2(p) rounds moving the ring's
@@ -16,8 +20,8 @@
  *
  * All ranks end with identical bits: every pairwise reduction puts the lower
  * vrank's operand first (MAX/MIN and NaN payloads are not commutative), so
- * both sides of an rd pair compute the same thing; in rabenseifner each
- * block is reduced at one rank only and then copied.
+ * both sides of an rd pair compute the same thing; in rabenseifner and
+ * twostep each block is reduced at one rank only and then copied.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -33,7 +37,8 @@ static const struct {
 } algo_names[] = {{"ring", RCCI_ALLREDUCE_RING},
                   {"rabenseifner", RCCI_ALLREDUCE_RABENSEIFNER},
                   {"rd", RCCI_ALLREDUCE_RD},
-                  {"direct", RCCI_ALLREDUCE_DIRECT}};
+                  {"direct", RCCI_ALLREDUCE_DIRECT},
+                  {"twostep", RCCI_ALLREDUCE_TWOSTEP}};
 
 int rcci_allreduce_algo_named(const char *name, rcci_allreduce_algo_t *algo)
 {
@@ -87,6 +92,13 @@ static rcci_p2p_msg_t coll_msg(int peer, int is_send, const void *buf, size_t by
     return (rcci_p2p_msg_t){peer, is_send, (char *)buf, bytes, RCCI_LANE_COLL, 0};
 }
 
+static void add_msg(rcci_p2p_msg_t *msgs, int *k, int peer, int is_send, const void *buf,
+                    size_t bytes)
+{
+    if (bytes) /* both sides compute the same sizes, so both skip an empty one */
+        msgs[(*k)++] = coll_msg(peer, is_send, buf, bytes);
+}
+
 /* ---- direct exchange --------------------------------------------------- */
 
 static int direct_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t *msgs, int *nmsgs)
@@ -112,6 +124,51 @@ static int direct_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t 
     return 1;
 }
 
+/* ---- two steps: reduce-scatter and allgather by direct exchange ------------ */
+
+/* Block q's elements: [q * count / n, (q + 1) * count / n). */
+static size_t twostep_first(const rcci_op_t *op, int n, int q)
+{
+    return (size_t)((unsigned __int128)op->count * (unsigned)q / (unsigned)n);
+}
+
+static int twostep_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t *msgs, int *nmsgs)
+{
+    rounds_t *a = state;
+    const rcci_op_t *op = a->op;
+    int n = comm->nranks, r = comm->rank, k = 0;
+    size_t es = a->esize, lo = twostep_first(op, n, r), mine = twostep_first(op, n, r + 1) - lo;
+    char *out = (char *)op->recvbuf;
+    const char *in = op->sendbuf;
+    switch (++a->round) {
+    case 0: /* block q of the input to rank q; everyone's block r into tmp, by rank */
+        for (int step = 1; step < n; step++) { /* rank r+1 first, so that sends spread out */
+            int q = (r + step) % n;
+            size_t qlo = twostep_first(op, n, q), qn = twostep_first(op, n, q + 1) - qlo;
+            add_msg(msgs, &k, q, 1, in + qlo * es, qn * es);
+            add_msg(msgs, &k, q, 0, a->tmp + (size_t)q * mine * es, mine * es);
+        }
+        break;
+    case 1: { /* block r folded in rank order, then given to every rank */
+        memcpy(a->tmp + (size_t)r * mine * es, in + lo * es, mine * es);
+        char *acc = a->tmp; /* rank 0's part accumulates */
+        for (int q = 1; q < n; q++)
+            rcci_reduce(q == n - 1 ? out + lo * es : acc, acc, a->tmp + (size_t)q * mine * es,
+                        mine, op->dtype, op->redop, q == n - 1 && op->redop == RCC_AVG ? n : 1);
+        for (int step = 1; step < n; step++) {
+            int q = (r + step) % n;
+            size_t qlo = twostep_first(op, n, q), qn = twostep_first(op, n, q + 1) - qlo;
+            add_msg(msgs, &k, q, 1, out + lo * es, mine * es);
+            add_msg(msgs, &k, q, 0, out + qlo * es, qn * es);
+        }
+        break;
+    }
+    default: return 1;
+    }
+    *nmsgs = k;
+    return 0;
+}
+
 /* ---- recursive doubling and Rabenseifner ------------------------------- */
 
 static int real_rank(const rounds_t *a, int vrank)
@@ -132,13 +189,6 @@ static void halving_segment(const rounds_t *a, int vrank, int halvings, size_t *
         else
             *hi = mid;
     }
-}
-
-static void add_msg(rcci_p2p_msg_t *msgs, int *k, int peer, int is_send, const void *buf,
-                    size_t bytes)
-{
-    if (bytes) /* both sides compute the same sizes, so both skip an empty one */
-        msgs[(*k)++] = coll_msg(peer, is_send, buf, bytes);
 }
 
 /* Handles round a->round's arrivals. */
@@ -229,9 +279,12 @@ rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
 {
     int n = comm->nranks, r = comm->rank;
     size_t esize = rcc_datatype_size(op->dtype), bytes = op->count * esize;
-    /* direct: every rank's input; the others: the fold's whole input
-     * (rabenseifner's rounds need at most half) */
-    size_t tmp_bytes = algo == RCCI_ALLREDUCE_DIRECT ? (size_t)n * bytes : bytes;
+    /* direct: every rank's input; twostep: every rank's part of this rank's
+     * block; the others: the fold's whole input (rabenseifner's rounds need
+     * at most half) */
+    size_t tmp_bytes = algo == RCCI_ALLREDUCE_DIRECT    ? (size_t)n * bytes
+                       : algo == RCCI_ALLREDUCE_TWOSTEP ? (size_t)n * (op->count / n + 1) * esize
+                                                        : bytes;
     rounds_t *a = malloc(sizeof *a + tmp_bytes);
     if (!a)
         return rcci_error(RCC_ERR_NO_MEMORY, "allreduce of %zu bytes on %d ranks: buffers", bytes,
@@ -246,6 +299,9 @@ rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
         return rcci_p2p_rounds_start(comm, op, "allreduce (direct exchange)", direct_next, a,
                                      2 * (n - 1), exec);
     }
+    if (algo == RCCI_ALLREDUCE_TWOSTEP)
+        return rcci_p2p_rounds_start(comm, op, "allreduce (two steps)", twostep_next, a,
+                                     2 * (n - 1), exec);
     a->rabenseifner = algo == RCCI_ALLREDUCE_RABENSEIFNER;
     a->pof2 = 1;
     while (2 * a->pof2 <= n)

@@ -261,6 +261,7 @@ START_TEST(identical_bits)
     ck_assert_int_eq(mp_run(_i, rank_identical_bits, "direct", 300), 0);
     ck_assert_int_eq(mp_run(_i, rank_identical_bits, "rd", 300), 0);
     ck_assert_int_eq(mp_run(_i, rank_identical_bits, "rabenseifner", 300), 0);
+    ck_assert_int_eq(mp_run(_i, rank_identical_bits, "twostep", 300), 0);
 }
 END_TEST
 
@@ -289,6 +290,12 @@ END_TEST
 START_TEST(rabenseifner_algorithm_forced)
 {
     ck_assert_int_eq(mp_run(_i, rank_algorithms, "rabenseifner", 300), 0);
+}
+END_TEST
+
+START_TEST(twostep_algorithm_forced)
+{
+    ck_assert_int_eq(mp_run(_i, rank_algorithms, "twostep", 300), 0);
 }
 END_TEST
 
@@ -630,6 +637,7 @@ static Suite *allreduce_suite(void)
     tcase_add_loop_test(tc, ring_algorithm_forced, 1, 6);
     tcase_add_loop_test(tc, rd_algorithm_forced, 1, 9);
     tcase_add_loop_test(tc, rabenseifner_algorithm_forced, 1, 9);
+    tcase_add_loop_test(tc, twostep_algorithm_forced, 1, 9);
     tcase_add_loop_test(tc, direct_algorithm_forced, 1, 6);
     tcase_add_loop_test(tc, adjacent_fusion, 1, 6);
     tcase_add_test(tc, more_than_2g_elements);
