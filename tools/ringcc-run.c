@@ -333,8 +333,9 @@ static int run_ephemeral_low(void)
  * or binds port 0 (a test running beside us, this job's own ranks) cannot be given it. */
 static int run_free_port(void)
 {
+    enum { SPAN = 12000 }; /* the ports below the ephemeral range chosen from */
     int low = run_ephemeral_low();
-    int base = low - 12000 > 1024 ? low - 12000 : 1024, span = low - base;
+    int base = low - SPAN > 1024 ? low - SPAN : 1024, span = low - base;
     if (span < 64) /* an odd range: let the kernel choose */
         base = 0, span = 1;
     for (int attempt = 0; attempt < 256; attempt++) {
