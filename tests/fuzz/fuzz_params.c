@@ -75,13 +75,14 @@ static void check_size(const char *text, int64_t min, int64_t max)
 
 static void check_algo(const char *text)
 {
-    static const char *const names[] = {"ring", "rabenseifner", "rd", "direct"};
-    static rcci_allreduce_algo_t seen[4];
-    static int have[4];
+    static const char *const names[] = {"ring", "rabenseifner", "rd", "direct", "twostep"};
+    enum { NAMES = sizeof names / sizeof names[0] };
+    static rcci_allreduce_algo_t seen[NAMES];
+    static int have[NAMES];
     rcci_allreduce_algo_t algo = (rcci_allreduce_algo_t)-12345;
     int r = rcci_allreduce_algo_named(text, &algo);
     int known = -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < NAMES; i++)
         if (!strcmp(text, names[i]))
             known = i;
     if (!strcmp(text, "auto")) {
@@ -90,7 +91,7 @@ static void check_algo(const char *text)
         FUZZ_ASSERT(r == 1, "'%s' gave %d", text, r);
         if (have[known])
             FUZZ_ASSERT(seen[known] == algo, "'%s' names two algorithms", text);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < NAMES; i++)
             FUZZ_ASSERT(i == known || !have[i] || seen[i] != algo, "'%s' and '%s' are one", text,
                         names[i]);
         seen[known] = algo, have[known] = 1;

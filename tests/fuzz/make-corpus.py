@@ -158,7 +158,7 @@ def params():
               '99999999999999999999', '8589934592G', '12 parsecs', '-1', '+5', ' 5', '1.5', '0x10',
               '1KB', 'K', '', 'auto', 'ring', 'rabenseifner', 'rd', 'direct', 'RING', 'info',
               'TRACE', 'warn', 'none', 'debug', '/tmp/rcc-%h-%p.log', '%', '%%p', '%h%h%h', 'cubic',
-              'tcp']
+              'tcp', 'twostep']
     for i, v in enumerate(values):
         write('params', '%02d' % i, v.encode())
 
