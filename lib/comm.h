@@ -398,12 +398,15 @@ rcc_result_t rcci_p2p_rounds_start(struct rcc_comm *comm, rcci_op_t *op, const c
  * pipelined ring (bandwidth-optimal, 2(n-1) steps), Rabenseifner's
  * (reduce-scatter by recursive halving, allgather by recursive doubling:
  * the ring's bytes in 2 log2(n) rounds), recursive doubling (log2(n)
- * rounds, the whole buffer each) and the direct exchange (every rank sends
- * its input to every other: one round, n(n-1) messages). */
+ * rounds, the whole buffer each), the direct exchange (every rank sends
+ * its input to every other: one round, n(n-1) messages) and twostep
+ * (reduce-scatter and allgather by direct exchange: the ring's bytes in 2
+ * rounds). */
 /* RCC_ALGO's value: 1 with *algo set for a forced algorithm, 0 for
  * "auto", -1 for anything else. */
 int rcci_allreduce_algo_named(const char *name, rcci_allreduce_algo_t *algo);
-/* "ring", "rabenseifner", "rd" or "direct" (RCC_ALGO's names). */
+/* "ring", "rabenseifner", "rd", "direct" or "twostep" (RCC_ALGO's names);
+ * "?" for a value that is none. */
 const char *rcci_allreduce_algo_name(int algo);
 /* The algorithm for an allreduce of `bytes` per rank on `comm` (RCC_ALGO,
  * RCC_SMALL_MAX_BYTES, RCC_MID_MAX_BYTES): the same answer on every rank. */

@@ -67,12 +67,6 @@ static const char *sig_kind_name(unsigned kind)
     return "an unknown operation";
 }
 
-static const char *sig_algo_name(unsigned algo)
-{
-    static const char *const names[] = {"ring", "rabenseifner", "rd", "direct"};
-    return algo < sizeof names / sizeof names[0] ? names[algo] : "?";
-}
-
 void rcci_sig_describe(const uint8_t sig[RCCI_SIG_BYTES], char *buf, size_t size)
 {
     uint32_t seq = rcci_sig_seq(sig);
@@ -104,7 +98,7 @@ void rcci_sig_describe(const uint8_t sig[RCCI_SIG_BYTES], char *buf, size_t size
     if (root >= 0)
         SIG_ADD(", root=%d", (int)root);
     if (algo != SIG_NONE)
-        SIG_ADD(", %s", sig_algo_name(algo));
+        SIG_ADD(", %s", rcci_allreduce_algo_name((int)algo));
     if (sig[12] & 1)
         SIG_ADD(", device buffers");
     SIG_ADD(") as op #%u", seq);
