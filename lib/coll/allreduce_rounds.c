@@ -30,6 +30,7 @@
 #include "comm.h"
 #include "params.h"
 #include "reduce.h"
+#include "ring.h"
 
 static const struct {
     const char *name;
@@ -126,26 +127,22 @@ static int direct_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t 
 
 /* ---- two steps: reduce-scatter and allgather by direct exchange ------------ */
 
-/* Block q's elements: [q * count / n, (q + 1) * count / n). */
-static size_t twostep_first(const rcci_op_t *op, int n, int q)
-{
-    return (size_t)((unsigned __int128)op->count * (unsigned)q / (unsigned)n);
-}
-
 static int twostep_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t *msgs, int *nmsgs)
 {
     rounds_t *a = state;
     const rcci_op_t *op = a->op;
     int n = comm->nranks, r = comm->rank, k = 0;
-    size_t es = a->esize, lo = twostep_first(op, n, r), mine = twostep_first(op, n, r + 1) - lo;
+    size_t es = a->esize;
+    rcci_span_t own = rcci_ring_segment(op->count, n, r); /* the ring's blocks */
+    size_t lo = own.offset, mine = own.count;
     char *out = (char *)op->recvbuf;
     const char *in = op->sendbuf;
     switch (++a->round) {
     case 0: /* block q of the input to rank q; everyone's block r into tmp, by rank */
         for (int step = 1; step < n; step++) { /* rank r+1 first, so that sends spread out */
             int q = (r + step) % n;
-            size_t qlo = twostep_first(op, n, q), qn = twostep_first(op, n, q + 1) - qlo;
-            add_msg(msgs, &k, q, 1, in + qlo * es, qn * es);
+            rcci_span_t b = rcci_ring_segment(op->count, n, q);
+            add_msg(msgs, &k, q, 1, in + b.offset * es, b.count * es);
             add_msg(msgs, &k, q, 0, a->tmp + (size_t)q * mine * es, mine * es);
         }
         break;
@@ -157,9 +154,9 @@ static int twostep_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t
                         mine, op->dtype, op->redop, q == n - 1 && op->redop == RCC_AVG ? n : 1);
         for (int step = 1; step < n; step++) {
             int q = (r + step) % n;
-            size_t qlo = twostep_first(op, n, q), qn = twostep_first(op, n, q + 1) - qlo;
+            rcci_span_t b = rcci_ring_segment(op->count, n, q);
             add_msg(msgs, &k, q, 1, out + lo * es, mine * es);
-            add_msg(msgs, &k, q, 0, out + qlo * es, qn * es);
+            add_msg(msgs, &k, q, 0, out + b.offset * es, b.count * es);
         }
         break;
     }
