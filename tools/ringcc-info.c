@@ -44,27 +44,38 @@ static const rcci_transport_t *info_built(const char *name)
     return NULL;
 }
 
-/* A built transport is usable when it initialises for a one-rank job on the interface
- * a job would pick (RCC_SOCKET_IFNAME, else the first non-loopback one). */
-static void info_transport_usable(const rcci_transport_t *tr, char *why, size_t size)
+/* A context of `tr` for a one-rank job on the interface a job would pick
+ * (RCC_SOCKET_IFNAME, else the first non-loopback one), or NULL with `why`
+ * ("not usable: ..."); `ifname` and `addr` name the interface and its address. */
+static void *info_transport_open(const rcci_transport_t *tr, char *ifname, size_t ifsize,
+                                 char *addr, size_t addrsize, char *why, size_t size)
 {
-    const char *only = rcci_param_str(RCCI_PARAM_TRANSPORT);
     rcci_addr_t local;
-    char ifname[64], addr[80];
     if (rcci_addr_pick_local(rcci_param_str(RCCI_PARAM_SOCKET_IFNAME), NULL, &local, ifname,
-                             sizeof ifname) != RCC_SUCCESS) {
+                             ifsize) != RCC_SUCCESS) {
         snprintf(why, size, "not usable: no interface: %s", rcc_last_error(NULL));
-        return;
+        return NULL;
     }
-    rcci_addr_format(&local, addr, sizeof addr);
+    rcci_addr_format(&local, addr, addrsize);
     addr[strlen(addr) - 2] = '\0'; /* the port, ":0": nothing listens yet */
     rcci_transport_env_t env = {.rank = 0, .nranks = 1, .local_addr_len = local.len};
     memcpy(&env.local_addr, &local.u, local.len);
     void *tctx = NULL;
     if (tr->init(&env, &tctx) != RCC_SUCCESS) {
         snprintf(why, size, "not usable: %s", rcc_last_error(NULL));
-        return;
+        return NULL;
     }
+    return tctx;
+}
+
+/* A built transport is usable when it initialises (info_transport_open). */
+static void info_transport_usable(const rcci_transport_t *tr, char *why, size_t size)
+{
+    const char *only = rcci_param_str(RCCI_PARAM_TRANSPORT);
+    char ifname[64], addr[80];
+    void *tctx = info_transport_open(tr, ifname, sizeof ifname, addr, sizeof addr, why, size);
+    if (!tctx)
+        return;
     tr->fini(tctx);
     snprintf(why, size, "usable (on %s, %s; caps 0x%x)%s", ifname, addr, (unsigned)tr->caps,
              *only && strcmp(only, tr->name) ? ": but RCC_TRANSPORT excludes it" : "");
@@ -85,38 +96,24 @@ static void info_transports(void)
 
 static void info_gdr_register(const rcci_transport_t *verbs, void *buf, size_t bytes)
 {
-    char why[512];
+    char why[512], ifname[64], addr[80];
+    void *tctx = NULL;
+    rcci_mr_t *mr = NULL;
     if (!verbs) {
         printf("  ibverbs registration: not tried: ibverbs is not built\n");
         return;
     }
-    info_transport_usable(verbs, why, sizeof why);
-    if (strncmp(why, "usable", 6) != 0) {
+    tctx = info_transport_open(verbs, ifname, sizeof ifname, addr, sizeof addr, why, sizeof why);
+    if (!tctx)
         printf("  ibverbs registration: not tried: ibverbs is %s\n", why);
-        return;
-    }
-    rcci_addr_t local;
-    char ifname[64];
-    void *tctx = NULL;
-    rcci_transport_env_t env = {.rank = 0, .nranks = 1};
-    if (rcci_addr_pick_local(rcci_param_str(RCCI_PARAM_SOCKET_IFNAME), NULL, &local, ifname,
-                             sizeof ifname) != RCC_SUCCESS) {
-        printf("  ibverbs registration: not tried: %s\n", rcc_last_error(NULL));
-        return;
-    }
-    memcpy(&env.local_addr, &local.u, local.len);
-    env.local_addr_len = local.len;
-    rcci_mr_t *mr = NULL;
-    if (verbs->init(&env, &tctx) != RCC_SUCCESS) {
-        printf("  ibverbs registration: not tried: %s\n", rcc_last_error(NULL));
-    } else if (verbs->reg_mem(tctx, buf, bytes, RCCI_MEM_CUDA, &mr) != RCC_SUCCESS) {
+    else if (verbs->reg_mem(tctx, buf, bytes, RCCI_MEM_CUDA, &mr) != RCC_SUCCESS)
         printf("  ibverbs registration: no: %s\n", rcc_last_error(NULL));
-        verbs->fini(tctx);
-    } else {
+    else
         printf("  ibverbs registration: yes: device memory goes to the wire without staging\n");
+    if (mr)
         verbs->dereg_mem(tctx, mr);
+    if (tctx)
         verbs->fini(tctx);
-    }
 }
 
 /* GPUDirect RDMA, tried as a job would: 2 MiB of device memory exported as a dma-buf
