@@ -579,6 +579,29 @@ typedef struct {
     void *stream, *event;
 } conf_dev_t;
 
+/* The device table's stream and event, or the reason there are none. */
+static rcc_result_t conf_dev_open(conf_dev_t *d)
+{
+    *d = (conf_dev_t){.dev = rcci_devapi()};
+    if (!d->dev)
+        return rcci_error(RCC_ERR_UNSUPPORTED, "no device table in this build");
+    if (d->dev->stream_create(&d->stream) != RCC_SUCCESS)
+        return RCC_ERR_CUDA;
+    if (d->dev->event_create(&d->event) != RCC_SUCCESS) {
+        d->dev->stream_destroy(d->stream);
+        return RCC_ERR_CUDA;
+    }
+    return RCC_SUCCESS;
+}
+
+static void conf_dev_close(conf_dev_t *d)
+{
+    if (d->dev) {
+        d->dev->event_destroy(d->event);
+        d->dev->stream_destroy(d->stream);
+    }
+}
+
 /* Waits until the stream's work so far is done. */
 static int conf_dev_sync(conf_dev_t *d)
 {
@@ -723,16 +746,14 @@ static int inplace_rank(int rank, int nranks, void *arg)
         conf_close(&e);
         return 0;
     }
-    conf_dev_t d = {.dev = rcci_devapi()};
-    if (!d.dev || d.dev->stream_create(&d.stream) != RCC_SUCCESS ||
-        d.dev->event_create(&d.event) != RCC_SUCCESS)
+    conf_dev_t d;
+    if (conf_dev_open(&d) != RCC_SUCCESS)
         MP_FAIL("%s moves in place, but no device stream: %s", tr->name, rcci_tls_error());
     if (inplace_direction(&e, &d, rank == 1, 100) || inplace_direction(&e, &d, rank == 0, 200))
         return 1;
     if (conf_move(&e, rank == 1, 1000, 300)) /* and isend/irecv still after */
         return 1;
-    d.dev->event_destroy(d.event);
-    d.dev->stream_destroy(d.stream);
+    conf_dev_close(&d);
     conf_close(&e);
     return 0;
 }
@@ -754,9 +775,8 @@ END_TEST
 static int reg_direction(conf_end_t *e, int sending, int device, uint32_t base)
 {
     const size_t n_sizes = sizeof sizes / sizeof *sizes;
-    conf_dev_t d = {.dev = device ? rcci_devapi() : NULL};
-    if (d.dev && (d.dev->stream_create(&d.stream) != RCC_SUCCESS ||
-                  d.dev->event_create(&d.event) != RCC_SUCCESS))
+    conf_dev_t d = {0};
+    if (device && conf_dev_open(&d) != RCC_SUCCESS)
         MP_FAIL("device stream: %s", rcci_tls_error());
     uint8_t *host[REG_AHEAD] = {0};
     void *dev_buf[REG_AHEAD] = {0};
@@ -817,10 +837,7 @@ static int reg_direction(conf_end_t *e, int sending, int device, uint32_t base)
             MP_FAIL("%s of %zu registered bytes: %s", sending ? "isend" : "irecv", n,
                     rcci_tls_error());
     }
-    if (d.dev) {
-        d.dev->event_destroy(d.event);
-        d.dev->stream_destroy(d.stream);
-    }
+    conf_dev_close(&d);
     return 0;
 }
 
