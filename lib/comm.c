@@ -287,11 +287,20 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     RCC_CHECK(comm->recv_link.tr->listen(
         comm->recv_link.tctx, handles + (size_t)comm->rank * RCCI_HANDLE_BYTES, &listener));
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, handles, RCCI_HANDLE_BYTES));
-    /* Connect first, then accept: connects complete in the kernel's backlog. */
-    for (int k = 0; k < comm->send_link.nconns; k++)
-        RCC_CHECK(comm->send_link.tr->connect(
-            comm->send_link.tctx, handles + (size_t)next * RCCI_HANDLE_BYTES, COMM_RING_TAG(k),
-            deadline, &comm->send_link.conns[k]));
+    char nname[128], pname[128];
+    rcci_bootstrap_peer_name(comm->bootstrap, next, nname, sizeof nname);
+    rcci_bootstrap_peer_name(comm->bootstrap, prev, pname, sizeof pname);
+    /* Connect first, then accept: connects complete in the kernel's backlog.
+     * The transport names only an address; the rank is said here. */
+    for (int k = 0; k < comm->send_link.nconns; k++) {
+        res = comm->send_link.tr->connect(comm->send_link.tctx,
+                                          handles + (size_t)next * RCCI_HANDLE_BYTES,
+                                          COMM_RING_TAG(k), deadline, &comm->send_link.conns[k]);
+        if (res != RCC_SUCCESS) {
+            rcci_error_prefix("to the next rank, %s: ", nname);
+            goto out;
+        }
+    }
     /* In slices: between them the bootstrap ring tells whether a rank
      * failed or left meanwhile, rather than waiting out the timeout. */
     for (int k = 0; k < comm->recv_link.nconns; k++) {
@@ -307,9 +316,6 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
         if (res != RCC_SUCCESS)
             goto out;
     }
-    char nname[128], pname[128];
-    rcci_bootstrap_peer_name(comm->bootstrap, next, nname, sizeof nname);
-    rcci_bootstrap_peer_name(comm->bootstrap, prev, pname, sizeof pname);
     RCC_INFO("ring: sends to %s via %s (%s), receives from %s via %s (%s); %d connection%s per "
              "edge (channels) for operations of %lld bytes or more, else 1",
              nname, comm->send_link.tr->name, send_why, pname, comm->recv_link.tr->name, recv_why,
