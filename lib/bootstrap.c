@@ -44,6 +44,7 @@ struct rcci_bootstrap {
     uint8_t secret[RCCI_SOCK_SECRET_BYTES];
     uint64_t comm_id;
     int out_cut;     /* a message to next was cut short, or a notice went: send nothing more */
+    int back_sent;   /* the notice went back to the previous rank too */
     int failed_rank; /* where the failure a notice told of began; -1 when none came */
     char failed_text[BS_NOTICE_TEXT];
 };
@@ -495,22 +496,22 @@ out:
     return res;
 }
 
-/* Reads the rest of a failure notice from the previous rank (`got` bytes of
- * it are in `in`, which holds BS_MSG_HEAD + 4 + BS_NOTICE_TEXT) and fails
- * with what it says. */
-static rcc_result_t bs_read_notice(rcci_bootstrap_t *bs, uint8_t *in, size_t got)
+/* Reads the rest of a failure notice from `fd`, the connection with rank
+ * `from` (`got` bytes of it are in `in`, which holds BS_MSG_HEAD + 4 +
+ * BS_NOTICE_TEXT) and fails with what it says. */
+static rcc_result_t bs_read_notice(rcci_bootstrap_t *bs, int fd, int from, uint8_t *in,
+                                   size_t got)
 {
-    int prev = (bs->rank + bs->nranks - 1) % bs->nranks;
     uint32_t len = bs_get32(in + 4);
     if (len < 4 || len > 4 + BS_NOTICE_TEXT - 1)
-        return rcci_error(RCC_ERR_PEER_LOST, "rank %d failed (its notice is malformed)", prev);
+        return rcci_error(RCC_ERR_PEER_LOST, "rank %d failed (its notice is malformed)", from);
     if (got < BS_MSG_HEAD + len &&
-        rcci_sock_recv_all(bs->prev_fd, in + got, BS_MSG_HEAD + len - got,
-                           rcci_now_ns() + BS_NOTICE_NS) != RCC_SUCCESS)
-        return rcci_error(RCC_ERR_PEER_LOST, "rank %d failed (its notice was cut short)", prev);
+        rcci_sock_recv_all(fd, in + got, BS_MSG_HEAD + len - got, rcci_now_ns() + BS_NOTICE_NS) !=
+            RCC_SUCCESS)
+        return rcci_error(RCC_ERR_PEER_LOST, "rank %d failed (its notice was cut short)", from);
     uint32_t origin = bs_get32(in + BS_MSG_HEAD);
     if (origin >= (uint32_t)bs->nranks)
-        origin = (uint32_t)prev;
+        origin = (uint32_t)from;
     size_t n = len - 4;
     for (size_t i = 0; i < n; i++) { /* a proven peer's text, printed: printable only */
         char c = (char)in[BS_MSG_HEAD + 4 + i];
@@ -519,6 +520,25 @@ static rcc_result_t bs_read_notice(rcci_bootstrap_t *bs, uint8_t *in, size_t got
     bs->failed_text[n] = '\0';
     bs->failed_rank = (int)origin;
     return rcci_error(RCC_ERR_PEER_LOST, "rank %d failed: %s", bs->failed_rank, bs->failed_text);
+}
+
+/* Takes a failure notice waiting first on `fd` (the connection with rank
+ * `from`): *found = 1 and the error it tells. Otherwise takes nothing;
+ * fails only when the connection is closed and `fd` is the previous
+ * rank's (its next message was due there). */
+static rcc_result_t bs_take_notice(rcci_bootstrap_t *bs, int fd, int from, int *found)
+{
+    uint8_t in[BS_MSG_HEAD + 4 + BS_NOTICE_TEXT];
+    *found = 0;
+    ssize_t got = recv(fd, in, BS_MSG_HEAD, MSG_PEEK | MSG_DONTWAIT);
+    if (got == BS_MSG_HEAD && bs_get32(in) == BS_MSG_FAILED) {
+        *found = 1;
+        got = recv(fd, in, sizeof in, MSG_DONTWAIT);
+        return bs_read_notice(bs, fd, from, in, got > 0 ? (size_t)got : 0);
+    }
+    if (fd == bs->prev_fd && (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)))
+        return rcci_error(RCC_ERR_PEER_LOST, "rank %d left the bootstrap ring", from);
+    return RCC_SUCCESS;
 }
 
 rcc_result_t rcci_bootstrap_allgather(rcci_bootstrap_t *bs, void *data, size_t block)
@@ -546,11 +566,19 @@ rcc_result_t rcci_bootstrap_allgather(rcci_bootstrap_t *bs, void *data, size_t b
                 if (rcci_sock_send_all(bs->next_fd, out + sent, msg - sent, soon) != RCC_SUCCESS)
                     bs->out_cut = 1;
             }
-            res = bs_read_notice(bs, in, got);
+            res = bs_read_notice(bs, bs->prev_fd, (r + n - 1) % n, in, got);
         } else if (res != RCC_SUCCESS) {
             /* A new error, not a prefix: the peer belongs in the cause
              * that a notice tells the other ranks. */
-            int receiving = got < msg && sent == msg;
+            int receiving = got < msg && sent == msg, found = 0;
+            rcc_result_t told = receiving ? RCC_SUCCESS
+                                          : bs_take_notice(bs, bs->next_fd, (r + 1) % n, &found);
+            if (found) { /* the next rank failed and said why, back here */
+                bs->out_cut = 1;
+                res = told;
+                rcci_error_prefix("bootstrap allgather step %d: ", step);
+                break;
+            }
             char why[256];
             snprintf(why, sizeof why, "%s", rcci_tls_error());
             bs->out_cut = sent < msg;
@@ -585,24 +613,57 @@ rcc_result_t rcci_bootstrap_check(rcci_bootstrap_t *bs)
     struct pollfd p[2] = {{.fd = bs->next_fd, .events = POLLIN}, {.fd = bs->prev_fd, .events = POLLIN}};
     if (poll(p, 2, 0) <= 0)
         return RCC_SUCCESS;
-    if (p[1].revents) { /* a notice, or the previous rank's next message */
-        uint8_t in[BS_MSG_HEAD + 4 + BS_NOTICE_TEXT];
-        ssize_t got = recv(bs->prev_fd, in, BS_MSG_HEAD, MSG_PEEK | MSG_DONTWAIT);
-        if (got == BS_MSG_HEAD && bs_get32(in) == BS_MSG_FAILED) {
-            got = recv(bs->prev_fd, in, sizeof in, MSG_DONTWAIT);
-            return bs_read_notice(bs, in, got > 0 ? (size_t)got : 0);
-        }
-        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
-            return rcci_error(RCC_ERR_PEER_LOST, "rank %d left the bootstrap ring", prev);
+    /* From the previous rank: a notice, or its next message. From the next
+     * rank only a notice ever comes (sent back by a failing rank). */
+    int fds[2] = {bs->prev_fd, bs->next_fd}, ranks[2] = {prev, next};
+    for (int i = 0; i < 2; i++) {
+        if (!p[1 - i].revents)
+            continue;
+        int found = 0;
+        rcc_result_t res = bs_take_notice(bs, fds[i], ranks[i], &found);
+        if (found || res != RCC_SUCCESS)
+            return res;
+        if (i == 1) /* readable and no notice: the next rank is gone */
+            return rcci_error(RCC_ERR_PEER_LOST, "rank %d left the bootstrap ring", next);
     }
-    if (p[0].revents)
-        return rcci_error(RCC_ERR_PEER_LOST, "rank %d left the bootstrap ring", next);
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_bootstrap_await_notice(rcci_bootstrap_t *bs, int64_t wait_ns)
+{
+    if (!bs || bs->nranks < 2 || bs->next_fd < 0 || bs->prev_fd < 0)
+        return RCC_SUCCESS;
+    int n = bs->nranks, next = (bs->rank + 1) % n, prev = (bs->rank + n - 1) % n;
+    int fds[2] = {bs->prev_fd, bs->next_fd}, ranks[2] = {prev, next}, open[2] = {1, 1};
+    int64_t deadline = rcci_now_ns() + wait_ns;
+    while (open[0] || open[1]) {
+        struct pollfd p[2];
+        int np = 0, which[2];
+        for (int i = 0; i < 2; i++)
+            if (open[i]) {
+                p[np] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+                which[np++] = i;
+            }
+        int64_t left_ms = (deadline - rcci_now_ns()) / 1000000;
+        if (left_ms < 0 || poll(p, (nfds_t)np, (int)left_ms) <= 0)
+            break;
+        for (int k = 0; k < np; k++) {
+            if (!p[k].revents)
+                continue;
+            int i = which[k], found = 0;
+            rcc_result_t res = bs_take_notice(bs, fds[i], ranks[i], &found);
+            if (found)
+                return res;
+            /* Closed, or the previous rank's next message: no notice here. */
+            open[i] = 0;
+        }
+    }
     return RCC_SUCCESS;
 }
 
 void rcci_bootstrap_fail(rcci_bootstrap_t *bs, const char *why)
 {
-    if (!bs || bs->nranks < 2 || bs->next_fd < 0 || bs->out_cut)
+    if (!bs || bs->nranks < 2 || (bs->out_cut && bs->back_sent))
         return;
     int origin = bs->failed_rank >= 0 ? bs->failed_rank : bs->rank;
     const char *text = bs->failed_rank >= 0 ? bs->failed_text : why ? why : "";
@@ -614,9 +675,17 @@ void rcci_bootstrap_fail(rcci_bootstrap_t *bs, const char *why)
     memcpy(msg + BS_MSG_HEAD + 4, text, len);
     /* Best effort and at once: a few hundred bytes fit any socket buffer,
      * and a rank that is failing waits for nobody. */
-    ssize_t w = send(bs->next_fd, msg, BS_MSG_HEAD + 4 + len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t w = 0;
+    if (bs->next_fd >= 0 && !bs->out_cut)
+        w = send(bs->next_fd, msg, BS_MSG_HEAD + 4 + len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    /* Back too: the previous rank may be connecting to this one (a ring
+     * edge) and would otherwise learn only that it was refused. Nothing
+     * else travels that way, so the notice is whole on arrival. */
+    if (bs->prev_fd >= 0 && !bs->back_sent)
+        w = send(bs->prev_fd, msg, BS_MSG_HEAD + 4 + len, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)w;
     bs->out_cut = 1;
+    bs->back_sent = 1;
 }
 
 rcc_result_t rcci_bootstrap_barrier(rcci_bootstrap_t *bs)

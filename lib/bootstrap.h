@@ -56,8 +56,15 @@ rcc_result_t rcci_bootstrap_barrier(rcci_bootstrap_t *bs);
  * For a rank waiting on something else during set-up (a transport's
  * accept), so that it need not wait out the whole timeout. */
 rcc_result_t rcci_bootstrap_check(rcci_bootstrap_t *bs);
-/* Tells the next rank, at once and without waiting, that this rank's set-up
- * failed and why (`why`: the cause; or, when this rank failed on a notice
+/* Waits up to `wait_ns` for a failure notice from either ring neighbour
+ * (a failing rank sends one both ways) and fails with what it tells;
+ * RCC_SUCCESS when none came. For a rank whose own set-up step failed
+ * against a neighbour (a refused connect), so that its error says where
+ * the failure began rather than only what it met. */
+rcc_result_t rcci_bootstrap_await_notice(rcci_bootstrap_t *bs, int64_t wait_ns);
+/* Tells the ring neighbours (the next rank, and the previous one, which
+ * may be connecting to this one), at once and without waiting, that this
+ * rank's set-up failed and why (`why`: the cause; or, when this rank failed on a notice
  * itself, that notice's origin and text), so that every rank's allgather
  * fails naming where the failure began, not the neighbour that closed.
  * Call before destroying a bootstrap whose job failed; NULL is ignored.

@@ -22,6 +22,7 @@
 
 #define COMM_MAX_TRANSPORTS 8
 #define COMM_SETUP_SLICE_NS (50ll * 1000000) /* accept waits between bootstrap checks */
+#define COMM_NOTICE_WAIT_NS (200ll * 1000000) /* for a failed neighbour's reason */
 
 /* The bootstrap's secret is handed to the transports as it is. */
 _Static_assert(RCCI_SECRET_BYTES == RCCI_SOCK_SECRET_BYTES, "one job secret size");
@@ -192,6 +193,24 @@ static rcc_result_t comm_peer_info(const struct rcc_comm *comm, const comm_peer_
     return RCC_SUCCESS;
 }
 
+/* The ring connect to `next` (`name`) failed with `res`. A next rank whose
+ * own set-up failed has closed its listener and sends its reason back
+ * through the bootstrap ring a moment later: that reason, where it comes,
+ * says where the failure began (a killed root, say). Otherwise the error
+ * names the rank, since the transport knew only its address. */
+static rcc_result_t comm_connect_failed(struct rcc_comm *comm, rcc_result_t res, int next,
+                                        const char *name)
+{
+    char why[RCCI_ERR_TEXT_BYTES];
+    snprintf(why, sizeof why, "%s", rcci_tls_error());
+    if (res == RCC_ERR_PEER_LOST) {
+        rcc_result_t told = rcci_bootstrap_await_notice(comm->bootstrap, COMM_NOTICE_WAIT_NS);
+        if (told != RCC_SUCCESS)
+            return told;
+    }
+    return rcci_error(res, "connecting to %s%s: %s", name, next == 0 ? " (the root)" : "", why);
+}
+
 static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
 {
     rcc_result_t res = RCC_SUCCESS;
@@ -290,14 +309,13 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     char nname[128], pname[128];
     rcci_bootstrap_peer_name(comm->bootstrap, next, nname, sizeof nname);
     rcci_bootstrap_peer_name(comm->bootstrap, prev, pname, sizeof pname);
-    /* Connect first, then accept: connects complete in the kernel's backlog.
-     * The transport names only an address; the rank is said here. */
+    /* Connect first, then accept: connects complete in the kernel's backlog. */
     for (int k = 0; k < comm->send_link.nconns; k++) {
         res = comm->send_link.tr->connect(comm->send_link.tctx,
                                           handles + (size_t)next * RCCI_HANDLE_BYTES,
                                           COMM_RING_TAG(k), deadline, &comm->send_link.conns[k]);
         if (res != RCC_SUCCESS) {
-            rcci_error_prefix("to the next rank, %s: ", nname);
+            res = comm_connect_failed(comm, res, next, nname);
             goto out;
         }
     }

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "../check_main.h"
+#include "bootstrap.h"
 #include "mp.h"
 #include "testdata.h"
 
@@ -282,6 +283,59 @@ START_TEST(root_dropped_in_bootstrap)
 }
 END_TEST
 
+/* ---- a failing rank's reason reaches both ring neighbours ------------------ */
+
+#define NOTICE_TEXT "its listener went away on purpose"
+
+/* Rank `failing` fails right after the bootstrap ring formed. Its next rank
+ * hears why on the forward path, its previous rank (which would be
+ * connecting a ring edge to it) on the backward one; both name it and its
+ * text, well within the wait. */
+static int rank_notice(int rank, int nranks, void *arg)
+{
+    int failing = *(int *)arg;
+    rcc_unique_id_t uid;
+    if (mp_bcast_unique_id(rank, 0, &uid) != RCC_SUCCESS)
+        MP_FAIL("rank %d: no unique id", rank);
+    rcci_id_t id;
+    rcci_bootstrap_t *bs = NULL;
+    if (rcci_id_decode(&uid, &id) != RCC_SUCCESS ||
+        rcci_bootstrap_init(&id, rank, nranks, 20ll * 1000000000, "", &bs) != RCC_SUCCESS)
+        MP_FAIL("rank %d: bootstrap: %s", rank, rcc_last_error(NULL));
+    int next = (failing + 1) % nranks, prev = (failing + nranks - 1) % nranks;
+    if (rank == failing) {
+        rcci_bootstrap_fail(bs, NOTICE_TEXT);
+        rcci_bootstrap_destroy(bs);
+        return 0;
+    }
+    if (rank != next && rank != prev) { /* no neighbour of the failed rank */
+        struct timespec ts = {0, 300 * 1000000};
+        nanosleep(&ts, NULL);
+        rcci_bootstrap_destroy(bs);
+        return 0;
+    }
+    double start = td_now_s();
+    rcc_result_t res = rcci_bootstrap_await_notice(bs, 10ll * 1000000000);
+    double took = td_now_s() - start;
+    char text[512], want[128];
+    snprintf(text, sizeof text, "%s", rcc_last_error(NULL));
+    snprintf(want, sizeof want, "rank %d failed: " NOTICE_TEXT, failing);
+    rcci_bootstrap_destroy(bs);
+    if (res != RCC_ERR_PEER_LOST || !strstr(text, want))
+        MP_FAIL("rank %d (%s of the failed rank %d): %s: %s", rank,
+                rank == next ? "next" : "previous", failing, rcc_result_name(res), text);
+    if (took > 5)
+        MP_FAIL("rank %d: the notice took %.2f s", rank, took);
+    return 0;
+}
+
+START_TEST(failure_notice_both_ways)
+{
+    int n = 2 + _i % 4, failing = (_i * 3) % n;
+    ck_assert_int_eq(mp_run(n, rank_notice, &failing, 60), 0);
+}
+END_TEST
+
 static Suite *faults_suite(void)
 {
     Suite *s = suite_create("mp_faults");
@@ -290,6 +344,7 @@ static Suite *faults_suite(void)
     tcase_add_loop_test(tc, kill_random_rank, 0, 12);
     tcase_add_loop_test(tc, stop_random_rank, 0, 4);
     tcase_add_loop_test(tc, root_dropped_in_bootstrap, 0, 9);
+    tcase_add_loop_test(tc, failure_notice_both_ways, 0, 8);
     suite_add_tcase(s, tc);
     return s;
 }
