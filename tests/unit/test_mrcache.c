@@ -16,11 +16,13 @@ typedef struct {
     int fail_next;
     size_t last_bytes;
     uintptr_t last_addr;
+    int last_kind;
 } fake_t;
 
-static rcc_result_t fake_reg(void *arg, void *addr, size_t bytes, void **handle)
+static rcc_result_t fake_reg(void *arg, void *addr, size_t bytes, int kind, void **handle)
 {
     fake_t *f = arg;
+    f->last_kind = kind;
     if (f->fail_next) {
         f->fail_next = 0;
         return rcci_error(RCC_ERR_SYSTEM, "ibv_reg_mr of %zu bytes: Cannot allocate memory", bytes);
@@ -54,15 +56,15 @@ START_TEST(ranges_are_pages_and_covered_lookups_hit)
 {
     setup_cache(4);
     rcci_mrc_entry_t *a, *b;
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x10010), 5000, &a), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x10010), 5000, 0, &a), RCC_SUCCESS);
     ck_assert_uint_eq(fake.last_addr, 0x10000);
     ck_assert_uint_eq(fake.last_bytes, 2 * PAGE); /* 0x10010 + 5000 ends in the second page */
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x10000), 1, &b), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x10000), 1, 0, &b), RCC_SUCCESS);
     ck_assert_ptr_eq(a, b);
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x11fff), 1, &b), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x11fff), 1, 0, &b), RCC_SUCCESS);
     ck_assert_ptr_eq(a, b);
     ck_assert_int_eq(a->refs, 3);
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x11fff), 2, &b), RCC_SUCCESS); /* crosses out */
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x11fff), 2, 0, &b), RCC_SUCCESS); /* crosses out */
     ck_assert_ptr_ne(a, b);
     ck_assert_int_eq(fake.regs, 2);
     ck_assert_uint_eq(cache.hits, 2);
@@ -76,19 +78,19 @@ START_TEST(least_recently_used_unheld_entry_goes)
 {
     setup_cache(2);
     rcci_mrc_entry_t *a, *b, *c;
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), 10, &a), RCC_SUCCESS);
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x200000), 10, &b), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), 10, 0, &a), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x200000), 10, 0, &b), RCC_SUCCESS);
     rcci_mrc_release(&cache, a);
     rcci_mrc_release(&cache, b);
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), 10, &a), RCC_SUCCESS); /* a is newer */
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), 10, 0, &a), RCC_SUCCESS); /* a is newer */
     rcci_mrc_release(&cache, a);
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x300000), 10, &c), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x300000), 10, 0, &c), RCC_SUCCESS);
     ck_assert_int_eq(fake.deregs, 1);
     ck_assert_ptr_eq(c, b); /* b's place */
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), 10, &a), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), 10, 0, &a), RCC_SUCCESS);
     ck_assert_int_eq(fake.regs, 3); /* a survived */
     /* Both held: nothing can go. */
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x400000), 10, &b), RCC_ERR_NO_MEMORY);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x400000), 10, 0, &b), RCC_ERR_NO_MEMORY);
     ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "all 2 registrations are in use"));
     rcci_mrc_fini(&cache);
     ck_assert_int_eq(fake.live, 0);
@@ -99,9 +101,9 @@ START_TEST(invalidate_drops_unheld_overlaps)
 {
     setup_cache(4);
     rcci_mrc_entry_t *a, *b, *c;
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), 3 * PAGE, &a), RCC_SUCCESS);
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x200000), PAGE, &b), RCC_SUCCESS);
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x300000), PAGE, &c), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), 3 * PAGE, 0, &a), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x200000), PAGE, 0, &b), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x300000), PAGE, 0, &c), RCC_SUCCESS);
     rcci_mrc_release(&cache, a);
     rcci_mrc_release(&cache, c);
     ck_assert_int_eq(rcci_mrc_invalidate(&cache, AT(0x100000 + 2 * PAGE), 1), 1); /* a */
@@ -115,17 +117,40 @@ START_TEST(invalidate_drops_unheld_overlaps)
 }
 END_TEST
 
+/* The same range asked for as another kind of memory is registered anew,
+ * with that kind: an entry registered one way never serves the other. */
+START_TEST(kinds_do_not_share_entries)
+{
+    setup_cache(4);
+    rcci_mrc_entry_t *a, *b, *c;
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), PAGE, 0, &a), RCC_SUCCESS);
+    ck_assert_int_eq(fake.last_kind, 0);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), 10, 1, &b), RCC_SUCCESS);
+    ck_assert_int_eq(fake.last_kind, 1);
+    ck_assert_ptr_ne(a, b);
+    ck_assert_int_eq(fake.regs, 2);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100008), 8, 1, &c), RCC_SUCCESS);
+    ck_assert_ptr_eq(b, c);
+    ck_assert_int_eq(fake.regs, 2);
+    rcci_mrc_release(&cache, a);
+    rcci_mrc_release(&cache, b);
+    rcci_mrc_release(&cache, c);
+    rcci_mrc_fini(&cache);
+    ck_assert_int_eq(fake.live, 0);
+}
+END_TEST
+
 START_TEST(bad_input_and_failed_registration)
 {
     setup_cache(2);
     rcci_mrc_entry_t *a;
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x1000), 0, &a), RCC_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(UINTPTR_MAX - 10), 100, &a), RCC_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x1000), 0, 0, &a), RCC_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(UINTPTR_MAX - 10), 100, 0, &a), RCC_ERR_INVALID_ARGUMENT);
     fake.fail_next = 1;
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x1000), 10, &a), RCC_ERR_SYSTEM);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x1000), 10, 0, &a), RCC_ERR_SYSTEM);
     ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "ibv_reg_mr of 4096 bytes"));
     ck_assert_int_eq(cache.count, 0);
-    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x1000), 10, &a), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x1000), 10, 0, &a), RCC_SUCCESS);
     rcci_mrc_fini(&cache);
     rcci_mrc_ops_t ops = {fake_reg, fake_dereg, &fake};
     ck_assert_int_eq(rcci_mrc_init(&cache, &ops, 0, PAGE), RCC_ERR_INVALID_ARGUMENT);
@@ -140,6 +165,7 @@ static Suite *mrcache_suite(void)
     tcase_add_test(tc, ranges_are_pages_and_covered_lookups_hit);
     tcase_add_test(tc, least_recently_used_unheld_entry_goes);
     tcase_add_test(tc, invalidate_drops_unheld_overlaps);
+    tcase_add_test(tc, kinds_do_not_share_entries);
     tcase_add_test(tc, bad_input_and_failed_registration);
     suite_add_tcase(s, tc);
     return s;

@@ -71,7 +71,6 @@ typedef struct {
     rcci_ibv_device_t dev;
     rcci_mrc_t mrs;
     rcci_ibp_geom_t geom;
-    rcci_mem_type_t reg_type; /* of the reg_mem call in progress: how verbs_reg registers */
 } verbs_ctx_t;
 
 typedef struct {
@@ -221,10 +220,10 @@ static rcc_result_t verbs_reg_device(verbs_ctx_t *ctx, void *addr, size_t bytes,
                       bytes, addr, ctx->dev.name, dmabuf_why, strerror(errno));
 }
 
-static rcc_result_t verbs_reg(void *arg, void *addr, size_t bytes, void **handle)
+static rcc_result_t verbs_reg(void *arg, void *addr, size_t bytes, int kind, void **handle)
 {
     verbs_ctx_t *ctx = arg;
-    if (ctx->reg_type == RCCI_MEM_CUDA)
+    if (kind == RCCI_MEM_CUDA)
         return verbs_reg_device(ctx, addr, bytes, handle);
     struct ibv_mr *mr = ibv_reg_mr(ctx->dev.pd, addr, bytes, IBV_MR_ACCESS);
     if (!mr)
@@ -682,8 +681,7 @@ static rcc_result_t verbs_reg_mem(void *tctx, void *ptr, size_t bytes, rcci_mem_
     if (!mr)
         return rcci_error(RCC_ERR_NO_MEMORY, "verbs memory handle");
     mr->type = type;
-    ctx->reg_type = type;
-    rcc_result_t res = rcci_mrc_get(&ctx->mrs, ptr, bytes, &mr->entry);
+    rcc_result_t res = rcci_mrc_get(&ctx->mrs, ptr, bytes, (int)type, &mr->entry);
     if (res != RCC_SUCCESS) {
         free(mr);
         return res;

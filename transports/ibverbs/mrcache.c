@@ -35,7 +35,8 @@ void rcci_mrc_fini(rcci_mrc_t *c)
     c->entries = NULL;
 }
 
-rcc_result_t rcci_mrc_get(rcci_mrc_t *c, const void *addr, size_t bytes, rcci_mrc_entry_t **out)
+rcc_result_t rcci_mrc_get(rcci_mrc_t *c, const void *addr, size_t bytes, int kind,
+                          rcci_mrc_entry_t **out)
 {
     uintptr_t a = (uintptr_t)addr;
     if (bytes == 0 || a + bytes < a || a + bytes > UINTPTR_MAX - c->page)
@@ -50,7 +51,7 @@ rcc_result_t rcci_mrc_get(rcci_mrc_t *c, const void *addr, size_t bytes, rcci_mr
             slot = slot ? slot : e;
             continue;
         }
-        if (e->start <= start && end <= e->end) {
+        if (e->kind == kind && e->start <= start && end <= e->end) {
             e->refs++;
             e->used = c->clock;
             c->hits++;
@@ -69,11 +70,11 @@ rcc_result_t rcci_mrc_get(rcci_mrc_t *c, const void *addr, size_t bytes, rcci_mr
         slot = victim;
     }
     void *handle = NULL;
-    rcc_result_t res = c->ops.reg(c->ops.arg, (void *)start, end - start, &handle);
+    rcc_result_t res = c->ops.reg(c->ops.arg, (void *)start, end - start, kind, &handle);
     if (res != RCC_SUCCESS)
         return res;
     *slot = (rcci_mrc_entry_t){
-        .start = start, .end = end, .handle = handle, .refs = 1, .used = c->clock};
+        .start = start, .end = end, .handle = handle, .kind = kind, .refs = 1, .used = c->clock};
     c->count++;
     c->misses++;
     *out = slot;

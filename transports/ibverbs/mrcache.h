@@ -21,8 +21,10 @@
 #include "ringcc.h"
 
 typedef struct {
-    /* Registers [addr, addr + bytes); its error names what failed. */
-    rcc_result_t (*reg)(void *arg, void *addr, size_t bytes, void **handle);
+    /* Registers [addr, addr + bytes) of memory of `kind` (the caller's
+     * word for how to register it: host or device memory); its error
+     * names what failed. */
+    rcc_result_t (*reg)(void *arg, void *addr, size_t bytes, int kind, void **handle);
     void (*dereg)(void *arg, void *handle);
     void *arg;
 } rcci_mrc_ops_t;
@@ -30,6 +32,7 @@ typedef struct {
 typedef struct {
     uintptr_t start, end; /* [start, end), page aligned */
     void *handle;         /* what reg returned */
+    int kind;             /* as given to rcci_mrc_get: only lookups of that kind hit */
     int refs;
     uint64_t used; /* the cache's clock when last looked up: LRU */
 } rcci_mrc_entry_t;
@@ -46,11 +49,12 @@ typedef struct {
 rcc_result_t rcci_mrc_init(rcci_mrc_t *c, const rcci_mrc_ops_t *ops, int capacity, size_t page);
 /* Deregisters everything, held or not. */
 void rcci_mrc_fini(rcci_mrc_t *c);
-/* The entry covering [addr, addr + bytes), registered now if none does,
- * held until rcci_mrc_release. RCC_ERR_INVALID_ARGUMENT for an empty or
+/* The entry of `kind` covering [addr, addr + bytes), registered now (reg
+ * gets `kind`) if none does, held until rcci_mrc_release. RCC_ERR_INVALID_ARGUMENT for an empty or
  * wrapping range; RCC_ERR_NO_MEMORY when the cache is full of held
  * entries; reg's error when registration fails. */
-rcc_result_t rcci_mrc_get(rcci_mrc_t *c, const void *addr, size_t bytes, rcci_mrc_entry_t **out);
+rcc_result_t rcci_mrc_get(rcci_mrc_t *c, const void *addr, size_t bytes, int kind,
+                          rcci_mrc_entry_t **out);
 void rcci_mrc_release(rcci_mrc_t *c, rcci_mrc_entry_t *e);
 /* Drops (deregisters) the unheld entries overlapping [addr, addr + bytes):
  * memory about to be unmapped. Returns how many went; held ones stay. */
