@@ -135,7 +135,10 @@ typedef struct rcci_transport {
 
     /* Registers memory for isend/irecv/write (RDMA keys, CUDA IPC handles).
      * Optional: a transport without RCCI_CAP_NEEDS_REG returns success and
-     * a NULL *mr, and accepts NULL mr in isend/irecv. */
+     * a NULL *mr, and accepts NULL mr in isend/irecv. The memory stays
+     * mapped until dereg_mem, which comes after the requests using `mr`
+     * completed; after it the memory may be freed, and a later reg_mem of
+     * the same addresses registers what lies there then. */
     rcc_result_t (*reg_mem)(void *tctx, void *ptr, size_t bytes, rcci_mem_type_t type,
                             rcci_mr_t **mr);
     rcc_result_t (*dereg_mem)(void *tctx, rcci_mr_t *mr);

@@ -140,6 +140,31 @@ START_TEST(kinds_do_not_share_entries)
 }
 END_TEST
 
+/* put: an entry still held by another registration stays; the last put
+ * deregisters it, so the same addresses (memory freed and mapped again)
+ * are registered anew. */
+START_TEST(put_drops_the_entry_with_its_last_holder)
+{
+    setup_cache(4);
+    rcci_mrc_entry_t *a, *b;
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), PAGE, 0, &a), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), 16, 0, &b), RCC_SUCCESS);
+    ck_assert_ptr_eq(a, b);
+    rcci_mrc_put(&cache, b);
+    ck_assert_int_eq(fake.live, 1);
+    ck_assert_int_eq(cache.count, 1);
+    rcci_mrc_put(&cache, a);
+    ck_assert_int_eq(fake.live, 0);
+    ck_assert_int_eq(cache.count, 0);
+    ck_assert_int_eq(rcci_mrc_get(&cache, AT(0x100000), PAGE, 0, &a), RCC_SUCCESS);
+    ck_assert_int_eq(fake.regs, 2);
+    rcci_mrc_put(&cache, a);
+    rcci_mrc_put(&cache, NULL);
+    rcci_mrc_fini(&cache);
+    ck_assert_int_eq(fake.live, 0);
+}
+END_TEST
+
 START_TEST(bad_input_and_failed_registration)
 {
     setup_cache(2);
@@ -166,6 +191,7 @@ static Suite *mrcache_suite(void)
     tcase_add_test(tc, least_recently_used_unheld_entry_goes);
     tcase_add_test(tc, invalidate_drops_unheld_overlaps);
     tcase_add_test(tc, kinds_do_not_share_entries);
+    tcase_add_test(tc, put_drops_the_entry_with_its_last_holder);
     tcase_add_test(tc, bad_input_and_failed_registration);
     suite_add_tcase(s, tc);
     return s;

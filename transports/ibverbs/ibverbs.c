@@ -693,8 +693,8 @@ static rcc_result_t verbs_reg_mem(void *tctx, void *ptr, size_t bytes, rcci_mem_
 static rcc_result_t verbs_dereg_mem(void *tctx, rcci_mr_t *mr)
 {
     verbs_ctx_t *ctx = tctx;
-    if (mr) {
-        rcci_mrc_release(&ctx->mrs, mr->entry);
+    if (mr) { /* the caller may free the memory now: no stale entry stays */
+        rcci_mrc_put(&ctx->mrs, mr->entry);
         free(mr);
     }
     return RCC_SUCCESS;

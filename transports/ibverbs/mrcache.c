@@ -88,6 +88,13 @@ void rcci_mrc_release(rcci_mrc_t *c, rcci_mrc_entry_t *e)
         e->refs--;
 }
 
+void rcci_mrc_put(rcci_mrc_t *c, rcci_mrc_entry_t *e)
+{
+    rcci_mrc_release(c, e);
+    if (e && e->handle && e->refs == 0)
+        mrc_drop(c, e);
+}
+
 int rcci_mrc_invalidate(rcci_mrc_t *c, const void *addr, size_t bytes)
 {
     uintptr_t a = (uintptr_t)addr, b = a + bytes;

@@ -9,8 +9,11 @@
  *
  * Hazard, as in every such cache: memory freed and mapped again at the same
  * address keeps its old, pinned pages in the entry. So the transport puts
- * only what reg_mem registered explicitly here, and the caller keeps that
- * memory mapped until dereg_mem; other buffers are staged.
+ * only what reg_mem registered explicitly here, the caller keeps that
+ * memory mapped until dereg_mem, and dereg_mem drops the entry once no
+ * registration holds it (rcci_mrc_put), since the caller may free the
+ * memory next: an entry is shared only by registrations alive together.
+ * Other buffers are staged.
  */
 #ifndef RINGCC_IBVERBS_MRCACHE_H
 #define RINGCC_IBVERBS_MRCACHE_H
@@ -56,6 +59,9 @@ void rcci_mrc_fini(rcci_mrc_t *c);
 rcc_result_t rcci_mrc_get(rcci_mrc_t *c, const void *addr, size_t bytes, int kind,
                           rcci_mrc_entry_t **out);
 void rcci_mrc_release(rcci_mrc_t *c, rcci_mrc_entry_t *e);
+/* Releases `e` and, when nothing holds it any more, deregisters it: its
+ * memory may be unmapped once the last holder is done. */
+void rcci_mrc_put(rcci_mrc_t *c, rcci_mrc_entry_t *e);
 /* Drops (deregisters) the unheld entries overlapping [addr, addr + bytes):
  * memory about to be unmapped. Returns how many went; held ones stay. */
 int rcci_mrc_invalidate(rcci_mrc_t *c, const void *addr, size_t bytes);
