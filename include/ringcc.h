@@ -1,7 +1,10 @@
 /*
  * ringcc — a collective communication library.
  *
- * Public C API. Every function returns an rcc_result_t; RCC_SUCCESS is 0.
+ * Public C API. Every function that can fail returns an rcc_result_t;
+ * RCC_SUCCESS is 0. The few that cannot (rcc_datatype_size,
+ * rcc_datatype_name, rcc_redop_name, rcc_strerror, rcc_result_name,
+ * rcc_last_error, rcc_cuda_available) return their answer instead.
  * Enum values of results, data types and reduction operators are the same
  * numbers as NCCL's, so an NCCL shim maps them by identity.
  *
@@ -87,13 +90,16 @@ typedef enum {
     RCC_NUM_OPS = 5
 } rcc_redop_t;
 
-/* Size in bytes of one element of `dtype`, or 0 when `dtype` is not valid. */
+/* Size in bytes of one element of `dtype`, or 0 when `dtype` is not valid.
+ * Pure (no state); never blocks; thread-safe. */
 RCC_API size_t rcc_datatype_size(rcc_datatype_t dtype);
-/* Lower-case names ("float32", "sum"); "unknown" for an invalid value. */
+/* Lower-case names ("float32", "sum"); "unknown" for an invalid value.
+ * Static strings. Pure (no state); never block; thread-safe. */
 RCC_API const char *rcc_datatype_name(rcc_datatype_t dtype);
 RCC_API const char *rcc_redop_name(rcc_redop_t op);
 
-/* Version of the loaded library as RCC_VERSION_CODE. Never fails. */
+/* Version of the loaded library as RCC_VERSION_CODE. Pure (no state);
+ * never blocks; thread-safe. Errors: RCC_ERR_INVALID_ARGUMENT (NULL). */
 RCC_API rcc_result_t rcc_get_version(int *version);
 
 /* Static text for a result code ("timed out"). Never NULL; thread-safe. */
@@ -166,6 +172,11 @@ RCC_API rcc_result_t rcc_comm_init_rank(rcc_comm_t *comm, int nranks, rcc_unique
  * Rank 0 serves the rendezvous on the root's port. The job secret comes from
  * RCC_SECRET (hex, set by ringcc-run); without it a weaker secret is derived
  * from the launcher's job id and the root address, and INFO logs say so.
+ * Each rank's n-th call makes one communicator with the other ranks' n-th
+ * calls, so a process must make its calls one at a time (not from several
+ * threads at once), in the same order on every rank. Reads the environment
+ * with getenv: no thread may change it meanwhile. Blocking as
+ * rcc_comm_init_rank.
  * Errors: as rcc_comm_init_rank, plus RCC_ERR_INVALID_USAGE when the
  * environment does not describe a job (the message names what is missing). */
 RCC_API rcc_result_t rcc_comm_init_env(rcc_comm_t *comm, const rcc_config_t *config);
@@ -179,14 +190,21 @@ RCC_API rcc_result_t rcc_comm_init_env(rcc_comm_t *comm, const rcc_config_t *con
  * reuse the address), a later call, a second destroy or an abort of it
  * fails with RCC_ERR_INVALID_ARGUMENT ("not a live communicator") and
  * rcc_last_error(comm) returns the thread's last error.
+ * Must not be called while another thread is inside a call on `comm`:
+ * destroy waits for the operations queued or running, not for those calls
+ * to return, and frees memory they still use. To end a communicator that
+ * other threads are blocked on, use rcc_comm_abort.
  * NULL is accepted and ignored. Returns the first error of the drain, if any;
  * the communicator is freed either way. */
 RCC_API rcc_result_t rcc_comm_destroy(rcc_comm_t comm);
 
-/* Like rcc_comm_destroy without waiting: pending operations fail with
- * RCC_ERR_ABORTED. Safe to call while another thread is blocked in an
- * operation on `comm`; that call then returns RCC_ERR_ABORTED before its
- * memory is freed. */
+/* Like rcc_comm_destroy without waiting for operations: queued and running
+ * ones fail with RCC_ERR_ABORTED. Safe to call while other threads are
+ * inside calls on `comm` (a blocked operation then returns RCC_ERR_ABORTED):
+ * abort blocks until those calls have returned, at most the communicator's
+ * timeout, and then frees the communicator regardless. Returns RCC_SUCCESS,
+ * also for NULL (ignored). Errors: RCC_ERR_INVALID_ARGUMENT for a
+ * communicator that is not live (destroyed or aborted already). */
 RCC_API rcc_result_t rcc_comm_abort(rcc_comm_t comm);
 
 /* The communicator's error state (ncclCommGetAsyncError): *async_error is
@@ -212,15 +230,20 @@ RCC_API rcc_result_t rcc_comm_get_async_error(rcc_comm_t comm, rcc_result_t *asy
 #define RCC_SPLIT_NOCOLOR (-1)
 RCC_API rcc_result_t rcc_comm_split(rcc_comm_t comm, int color, int key, rcc_comm_t *newcomm);
 
-/* This rank's index and the number of ranks. Never block; thread-safe. */
+/* This rank's index and the number of ranks. Never block; thread-safe.
+ * Errors: RCC_ERR_INVALID_ARGUMENT (NULL output, NULL comm, or a
+ * communicator that is not live), detail in rcc_last_error(NULL). */
 RCC_API rcc_result_t rcc_comm_rank(const rcc_comm_t comm, int *rank);
 RCC_API rcc_result_t rcc_comm_size(const rcc_comm_t comm, int *size);
 
 /* The detail of the most recent failure: of `comm`'s operations when comm is
- * not NULL, else of this thread's last failed call (init failures have no
- * communicator yet). The string is owned by the library and stays valid until
- * the next failing call on the same communicator/thread. Never NULL ("" when
- * nothing failed). */
+ * a live communicator, else of this thread's last failed call (init failures
+ * have no communicator yet). Never NULL ("" when nothing failed); never
+ * blocks; thread-safe. The string is owned by the library and is this
+ * thread's own: for a communicator, a copy taken at the call, valid until
+ * this thread's next rcc_last_error(comm) of any communicator; else the
+ * thread's text, which most calls clear on entry. Not during
+ * rcc_comm_destroy or rcc_comm_abort of `comm` (no call on comm is). */
 RCC_API const char *rcc_last_error(rcc_comm_t comm);
 
 /* ---------------------------------------------------------------------------
@@ -362,11 +385,20 @@ RCC_API rcc_result_t rcc_test(rcc_request_t *req, int *done);
 /* Blocks until the operation finishes (bounded by the communicator's
  * timeout, enforced by its progress thread), frees the request, sets *req =
  * NULL and returns the operation's result (detail in rcc_last_error(NULL)).
- * RCC_ERR_INVALID_USAGE for an operation of a group that has not ended. */
+ * A NULL *req counts as finished. Thread-safe for different requests.
+ * Errors: RCC_ERR_INVALID_ARGUMENT (req NULL); RCC_ERR_INVALID_USAGE for an
+ * operation of a group that has not ended (the request is left as it is,
+ * not freed). */
 RCC_API rcc_result_t rcc_wait(rcc_request_t *req);
 
 /* rcc_wait on each of n requests, in any completion order; returns the
- * first failure (all requests are waited for and freed regardless). */
+ * first failure (detail in rcc_last_error(NULL)). Every request is waited
+ * for and freed even after a failure, except one of a group that has not
+ * ended: that one gets RCC_ERR_INVALID_USAGE and is left as it is, not freed.
+ * Thread-safe for different requests (no other thread may use those in reqs
+ * meanwhile).
+ * Errors: RCC_ERR_INVALID_ARGUMENT (n < 0, or reqs NULL with n > 0; nothing
+ * is waited for), else those of rcc_wait. */
 RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
 
 /* ---------------------------------------------------------------------------

@@ -698,7 +698,15 @@ rcc_result_t rcc_comm_get_async_error(rcc_comm_t comm, rcc_result_t *async_error
  * last error (which says so, after a refused call) stands in. */
 const char *rcc_last_error(rcc_comm_t comm)
 {
-    return comm && rcci_live(comm) ? comm->last_error : rcci_tls_error();
+    /* A copy taken under the lock: another thread's failing call may
+     * rewrite the communicator's text while this caller reads it. */
+    static _Thread_local char copy[RCCI_ERR_TEXT_BYTES];
+    if (!comm || !rcci_live(comm))
+        return rcci_tls_error();
+    pthread_mutex_lock(&comm->lock);
+    memcpy(copy, comm->last_error, sizeof copy);
+    pthread_mutex_unlock(&comm->lock);
+    return copy;
 }
 
 rcc_result_t rcci_comm_enter(struct rcc_comm *comm)

@@ -1,4 +1,5 @@
 /* Data types, operators and the version: small facts the API exposes. */
+#include "err.h"
 #include "ringcc.h"
 
 size_t rcc_datatype_size(rcc_datatype_t dtype)
@@ -24,7 +25,7 @@ const char *rcc_redop_name(rcc_redop_t op)
 rcc_result_t rcc_get_version(int *version)
 {
     if (!version)
-        return RCC_ERR_INVALID_ARGUMENT;
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_get_version: version is NULL");
     *version = RCC_VERSION_CODE;
     return RCC_SUCCESS;
 }

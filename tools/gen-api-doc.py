@@ -77,8 +77,8 @@ def render(items):
     out = ["# API reference", "",
            "Generated from `include/ringcc.h` by `tools/gen-api-doc.py` (the test `apidoc` "
            "fails when this page is stale); the header is the authority. Every function "
-           "returns an `rcc_result_t`; `rcc_strerror` gives its text and `rcc_last_error` "
-           "the detail.", ""]
+           "that can fail returns an `rcc_result_t`; `rcc_strerror` gives its text and "
+           "`rcc_last_error` the detail.", ""]
     first = True
     for item in items:
         if item[0] == "section":
