@@ -19,7 +19,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 netlab=$here/../tools/netlab
 n=4 rate=none rounds=3 min=16M max=64M coll=allreduce iters=5
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while getopts "n:r:R:b:e:C:i:h" opt; do
     case $opt in
     n) n=$OPTARG ;;
@@ -29,6 +29,7 @@ while getopts "n:r:R:b:e:C:i:h" opt; do
     e) max=$OPTARG ;;
     C) coll=$OPTARG ;;
     i) iters=$OPTARG ;;
+    h) usage 0 ;;
     *) usage ;;
     esac
 done

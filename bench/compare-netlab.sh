@@ -19,6 +19,7 @@
 # without yielding, and with more ranks than cores an 8-byte allreduce then
 # takes milliseconds (measured here: 8-11 ms).
 # Writes DIR/netlab-RATE-RANKS.{md,csv,svg} (default DIR: bench/results).
+# Defaults: -n 4 -r 1gbit -R 3 -b 8 -e 64M.
 # Needs root, iperf3, openmpi-bin + libopenmpi-dev (BUILD_DIR/bench/mpi-allreduce
 # is built when MPI is found) and python3-torch; a missing peer is skipped
 # with a note.
@@ -26,6 +27,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 netlab=$here/../tools/netlab
 n=4 rate=1gbit rounds=3 min=8 max=64M outdir=$here/results
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while getopts "n:r:R:b:e:o:h" opt; do
     case $opt in
     n) n=$OPTARG ;;
@@ -34,11 +36,12 @@ while getopts "n:r:R:b:e:o:h" opt; do
     b) min=$OPTARG ;;
     e) max=$OPTARG ;;
     o) outdir=$OPTARG ;;
-    *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    h) usage 0 ;;
+    *) usage ;;
     esac
 done
 shift $((OPTIND - 1))
-[[ $# -eq 1 ]] || { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ $# -eq 1 ]] || usage
 build=$(cd "$1" && pwd)
 perf=$build/bench/ringcc-perf
 mpibench=$build/bench/mpi-allreduce

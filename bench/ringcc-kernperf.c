@@ -3,12 +3,12 @@
  * cudaMemcpy device-to-device bandwidth measured in the same run (issue 6's acceptance figure:
  * sum for float32, bfloat16 and float16 at 256 MiB and more reaches 95% of memcpy's).
  *
- *   ringcc-kernperf [-n ITERS] [-s MIB]...    (default: -n 20 -s 256 -s 1024)
+ *   ringcc-kernperf [-n ITERS] [-s MIB]... [-h]    (default: -n 20 -s 256 -s 1024)
  *
  * Each figure is the median of ITERS runs, each timed alone with CUDA events after 3 warm-up
  * runs. A reduction moves 2 reads + 1 write of the buffer size (reduce_copy: 2 + 2), copy2 (the
  * allgather's forwarding copy, to two destinations) 1 + 2, memcpy 1 read + 1 write. MIB is the size of one buffer (a, b and dst each; 4 buffers are allocated).
- * Exit status 0, 1 on a CUDA error, 77 without a CUDA device.
+ * Exit status 0, 1 on a CUDA error, 2 on bad arguments, 77 without a CUDA device.
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -83,6 +83,8 @@ static float time_ms(const struct work *w, int iters)
     return ms[iters / 2];
 }
 
+static void usage(FILE *f) { fprintf(f, "usage: ringcc-kernperf [-n ITERS] [-s MIB]... [-h]\n"); }
+
 static double gbps(size_t bytes, int moves, float ms) { return (double)bytes * moves / ms / 1e6; }
 
 int main(int argc, char **argv)
@@ -90,12 +92,15 @@ int main(int argc, char **argv)
     int iters = 20, nsizes = 0;
     size_t mib[MAX_SIZES];
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-n") && i + 1 < argc)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "-n") && i + 1 < argc)
             iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc && nsizes < MAX_SIZES)
             mib[nsizes++] = strtoul(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: ringcc-kernperf [-n ITERS] [-s MIB]...\n");
+            usage(stderr);
             return 2;
         }
     }

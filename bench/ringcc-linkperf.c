@@ -71,7 +71,8 @@ static void lp_usage(FILE *f)
     fprintf(f,
             "usage: ringcc-run -n 2 %s [-t TRANSPORT] [-b MIN] [-e MAX] [-f FACTOR] [-n MSGS]\n"
             "       [-W WINDOW] [-w WARMUP] [-B] [-r] [-c 0|1]\n"
-            "  -t  transport (tcp, ibverbs, ...; default: the first that starts here)\n"
+            "  -t  transport (tcp, ibverbs, ...; default: RCC_TRANSPORT, else the first that\n"
+            "      starts here)\n"
             "  -b, -e  smallest and largest message (8, 64K, 4M; default 1 and 64M)\n"
             "  -f  factor between sizes (default 4)\n"
             "  -n  messages per size (default 64; warmup and latency runs come on top)\n"
@@ -352,7 +353,8 @@ out:
     return res;
 }
 
-/* The transport asked for, or the first that starts here; its context. */
+/* The transport asked for (-t, else RCC_TRANSPORT), or the first that starts here; its
+ * context. */
 static rcc_result_t lp_open(struct rcc_comm *comm, const char *want, const rcci_transport_t **tr,
                             void **tctx)
 {

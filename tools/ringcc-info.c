@@ -24,7 +24,9 @@
 #include "socket.h"
 #include "transport.h"
 
-/* Transports ringcc knows of, built or not, and what a build without one lacks. */
+/* Transports ringcc knows of, built or not, and what a build without one lacks. tcp and
+ * cudaipc are in every build; where cudaipc is unusable (no CUDA in this build, no usable
+ * device), its init says why and info_transports prints that. */
 static const struct {
     const char *name;
     const char *missing; /* why it is not in this build */
@@ -32,8 +34,7 @@ static const struct {
     {"tcp", "(always built)"},
     {"ibverbs", "not built: libibverbs/librdmacm not found at configure time "
                 "(meson feature ibverbs)"},
-    {"cudaipc", RCC_HAVE_CUDA ? "CUDA is built, but the CUDA-IPC transport is not written yet"
-                              : "not built: no CUDA in this build (meson feature cuda)"},
+    {"cudaipc", "(always built)"},
 };
 
 static const rcci_transport_t *info_built(const char *name)
@@ -206,11 +207,14 @@ static void info_markdown(void)
 
 static void info_usage(FILE *out)
 {
-    fprintf(out, "Usage: ringcc-info [--params | --markdown]\n"
+    fprintf(out, "Usage: ringcc-info [-p | --params | -m | --markdown]\n"
                  "Print the version, features built, transports (and why one is unusable),\n"
-                 "network interfaces, GPUs, RDMA devices and every RCC_* parameter.\n"
-                 "  --params     only the parameters: default, current value, description\n"
-                 "  --markdown   the parameters as a Markdown table (docs/env.md)\n");
+                 "whether GPUDirect RDMA works (GPU memory exported as a dma-buf, then\n"
+                 "registered with ibverbs), network interfaces, GPUs, RDMA devices and every\n"
+                 "RCC_* parameter.\n"
+                 "  -p, --params     only the parameters: default, current value, description\n"
+                 "  -m, --markdown   the parameters as a Markdown table (docs/env.md)\n"
+                 "  -h, --help       show this help and exit\n");
 }
 
 int main(int argc, char **argv)

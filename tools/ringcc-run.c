@@ -178,6 +178,7 @@ static void run_help(void)
         "\n"
         "Options (they end at PROGRAM, or at --):\n"
         "  -n, --nranks N       number of ranks to start, 1 to %d (required)\n"
+        "      --np N           the same as --nranks\n"
         "  -q, --no-prefix      pass the ranks' output on without the \"[rank] \" prefix\n"
         "                       (still line by line, so lines of different ranks never mix)\n"
         "  -t, --timeout SECS   stop the job after SECS seconds (decimals allowed); exit 124\n"
