@@ -16,7 +16,7 @@ static int dev_hca_matches(const char *hca, const char *name, int port)
 {
     const char *colon = strchr(hca, ':');
     size_t len = colon ? (size_t)(colon - hca) : strlen(hca);
-    if (strncmp(hca, name, len) != 0)
+    if (strncmp(hca, name, len) != 0 || name[len] != '\0') /* mlx5_1 is not mlx5_10 */
         return 0;
     return !colon || atoi(colon + 1) == port;
 }
@@ -70,10 +70,18 @@ rcc_result_t rcci_ibv_device_open(const rcci_transport_env_t *env, rcci_ibv_devi
                  "RCC_IB_HCA=%s, but the job's address %s is on %s port %d (choose an interface "
                  "of %s with RCC_SOCKET_IFNAME)",
                  hca, addr, dev->name, dev->port, hca);
+    /* The protocol rests on RDMA WRITE WITH IMMEDIATE and the IB connection
+     * manager's semantics (a disconnect flushes the QP): iWARP has neither. */
+    if (dev->verbs->device->transport_type != IBV_TRANSPORT_IB)
+        RCC_FAIL(RCC_ERR_UNSUPPORTED,
+                 "%s is not an InfiniBand/RoCE device (iWARP or another transport: no RDMA "
+                 "WRITE WITH IMMEDIATE)",
+                 dev->name);
     struct ibv_port_attr pa;
-    if (ibv_query_port(dev->verbs, dev->port, &pa))
+    int err = ibv_query_port(dev->verbs, dev->port, &pa); /* returns the errno value */
+    if (err)
         RCC_FAIL(RCC_ERR_UNSUPPORTED, "ibv_query_port(%s, %d): %s", dev->name, dev->port,
-                 strerror(errno));
+                 strerror(err));
     if (pa.state != IBV_PORT_ACTIVE)
         RCC_FAIL(RCC_ERR_UNSUPPORTED, "%s port %d is not active (state %s)", dev->name, dev->port,
                  ibv_port_state_str(pa.state));

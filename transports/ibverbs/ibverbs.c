@@ -56,7 +56,12 @@
 #define IBV_WR_RECV 0u     /* wr_id of a receive */
 #define IBV_WR_WRITE 1u    /* wr_id of a data write */
 #define IBV_WR_CONTROL 2u  /* wr_id of a credit or close */
-#define IBV_MR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+/* reg_mem's registrations are gather sources of sends only: the adapter
+ * reads them (always allowed), nothing writes them. Asking for write access
+ * would pin with write intent (refused for read-only mappings) and hand
+ * peers rights on user and GPU memory they never need. */
+#define IBV_MR_ACCESS 0
+#define IBV_CLOSE_DRAIN_NS (1000ll * 1000000) /* for the adapter to send what close found posted */
 
 /* Returns a failure at once (functions without a cleanup label). */
 #define IBV_TRY(expr)                                                                              \
@@ -164,12 +169,26 @@ static rcc_result_t verbs_nonblocking(int fd)
     return RCC_SUCCESS;
 }
 
+/* rdma_get_cm_event, passing over (acknowledged) the events that change
+ * nothing for a connection: an address change (a bond's failover) keeps
+ * the connection working. */
+static int verbs_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_event **ev)
+{
+    for (;;) {
+        if (rdma_get_cm_event(ch, ev) != 0)
+            return -1;
+        if ((*ev)->event != RDMA_CM_EVENT_ADDR_CHANGE)
+            return 0;
+        rdma_ack_cm_event(*ev);
+    }
+}
+
 /* Waits for the next rdma_cm event on `ch` until the deadline. */
 static rcc_result_t verbs_next_cm_event(struct rdma_event_channel *ch, int64_t deadline_ns,
                                         struct rdma_cm_event **ev)
 {
     for (;;) {
-        if (rdma_get_cm_event(ch, ev) == 0)
+        if (verbs_get_cm_event(ch, ev) == 0)
             return RCC_SUCCESS;
         if (errno != EAGAIN && errno != EINTR)
             return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_get_cm_event");
@@ -537,12 +556,29 @@ static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, 
 
 /* Takes connect requests off the listener without blocking: strangers are
  * rejected, valid ones held for accept. */
+/* Drops held request i (its peer gave up on it, or asked again). */
+static void verbs_drop_pending(rcci_listener_t *l, int i, int reject)
+{
+    if (reject)
+        rdma_reject(l->pending[i].id, NULL, 0);
+    rdma_destroy_id(l->pending[i].id);
+    l->pending[i] = l->pending[--l->npending];
+}
+
 static void verbs_take_requests(rcci_listener_t *l)
 {
     struct rdma_cm_event *ev;
     while (rdma_get_cm_event(l->ch, &ev) == 0) {
         if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-            rdma_ack_cm_event(ev);
+            /* A held request's id reports here until accepted: any event
+             * of its (a disconnect, a timeout) means its peer gave up. */
+            struct rdma_cm_id *gone = ev->id;
+            rdma_ack_cm_event(ev); /* before the destroy, which waits for it */
+            for (int i = 0; i < l->npending; i++)
+                if (l->pending[i].id == gone) {
+                    verbs_drop_pending(l, i, 0);
+                    break;
+                }
             continue;
         }
         rcci_ibh_t h;
@@ -557,6 +593,12 @@ static void verbs_take_requests(rcci_listener_t *l)
             res = rcci_error(RCC_ERR_NO_MEMORY, "%d connections wait for accept already",
                              IBV_PENDING_MAX);
         if (res == RCC_SUCCESS) {
+            /* The same rank and tag again: it retried, the older is dead. */
+            for (int i = 0; i < l->npending; i++)
+                if (l->pending[i].hello.rank == h.rank && l->pending[i].hello.tag == h.tag) {
+                    verbs_drop_pending(l, i, 1);
+                    break;
+                }
             l->pending[l->npending++] = (verbs_pending_t){id, h};
         } else {
             RCC_INFO("ibverbs: refused a connection: %s", rcci_tls_error());
@@ -581,8 +623,11 @@ static rcc_result_t verbs_accept_one(rcci_listener_t *l, verbs_pending_t *p, int
         return res;
     }
     c->id = p->id;
-    if (rdma_migrate_id(c->id, c->cm_ch))
-        RCC_FAIL(RCC_ERR_SYSTEM, "rdma_migrate_id: %s", strerror(errno));
+    if (rdma_migrate_id(c->id, c->cm_ch)) {
+        int err = errno;
+        rdma_reject(c->id, NULL, 0); /* the peer learns at once, not by its timeout */
+        RCC_FAIL(RCC_ERR_SYSTEM, "rdma_migrate_id: %s", strerror(err));
+    }
     c->id->context = c;
     RCC_CHECK(verbs_take_hello(c, &p->hello));
     RCC_CHECK(verbs_make_qp(c));
@@ -836,6 +881,10 @@ out:
 
 static rcc_result_t verbs_on_completion(rcci_conn_t *c, const struct ibv_wc *wc)
 {
+    /* A QP destroyed by a connect retry may leave completions in the CQ
+     * (destroying it need not remove them): not this connection's. */
+    if (c->id && c->id->qp && wc->qp_num != c->id->qp->qp_num)
+        return RCC_SUCCESS;
     if (wc->wr_id != IBV_WR_RECV) /* opcode is undefined in failed completions: wr_id tells */
         c->sq_used--;
     if (wc->status != IBV_WC_SUCCESS) {
@@ -848,6 +897,9 @@ static rcc_result_t verbs_on_completion(rcci_conn_t *c, const struct ibv_wc *wc)
         return wc->wr_id == IBV_WR_WRITE ? rcci_ibp_tx_completed(&c->tx) : RCC_SUCCESS;
     rcc_result_t res = verbs_post_recvs(c, 1);
     rcci_ibp_imm_t imm;
+    if (res == RCC_SUCCESS && !(wc->wc_flags & IBV_WC_WITH_IMM)) /* every message carries one */
+        res = rcci_error(RCC_ERR_REMOTE, "%s sent a message without immediate data (opcode %d)",
+                         c->peer, (int)wc->opcode);
     if (res == RCC_SUCCESS)
         res = rcci_ibp_imm_parse(ntohl(wc->imm_data), &imm, c->peer);
     if (res != RCC_SUCCESS)
@@ -864,7 +916,7 @@ static rcc_result_t verbs_on_completion(rcci_conn_t *c, const struct ibv_wc *wc)
 static void verbs_cm_events(rcci_conn_t *c)
 {
     struct rdma_cm_event *ev;
-    while (rdma_get_cm_event(c->cm_ch, &ev) == 0) {
+    while (verbs_get_cm_event(c->cm_ch, &ev) == 0) {
         rcci_ibc_event_t e = verbs_cm_event(ev->event);
         rdma_ack_cm_event(ev);
         rcci_ibc_step(&c->state, e);
@@ -932,7 +984,10 @@ static rcc_result_t verbs_drive(rcci_conn_t *c)
         if (any)
             continue;
         if (!c->cq_armed) { /* arm, then look once more: no wake-up is lost */
-            ibv_req_notify_cq(c->cq, 0);
+            int err = ibv_req_notify_cq(c->cq, 0); /* returns the errno value */
+            if (err) /* unarmed, the wait fd would never wake */
+                return verbs_fail(c, rcci_error_errno(RCC_ERR_SYSTEM, err,
+                                                      "ibv_req_notify_cq for %s", c->peer));
             c->cq_armed = 1;
             continue;
         }
@@ -1079,6 +1134,18 @@ static void verbs_close(rcci_conn_t *c)
         verbs_poll(c, &(int){0});
         if (verbs_sq_free(c))
             verbs_post_control(c, rcci_ibp_imm_close()); /* best effort, before the disconnect */
+        /* rdma_disconnect moves the QP to the error state at once, which
+         * flushes whatever the adapter has not sent yet: the last writes, a
+         * notice, the close. Every work request is signalled, so sq_used
+         * says when all went; bounded, as a gone peer's writes only fail
+         * after the adapter's retries. */
+        int64_t deadline = rcci_now_ns() + IBV_CLOSE_DRAIN_NS;
+        while (c->sq_used > 0 && c->failed == RCC_SUCCESS && rcci_now_ns() < deadline) {
+            int any = 0;
+            verbs_poll(c, &any);
+            if (!any)
+                nanosleep(&(struct timespec){0, 20000}, NULL);
+        }
         rdma_disconnect(c->id);
     }
     rcci_req_fifo_t *queues[] = {&c->sends, &c->unfinished, &c->recvs};
