@@ -202,9 +202,12 @@ RCC_API rcc_result_t rcc_comm_destroy(rcc_comm_t comm);
  * ones fail with RCC_ERR_ABORTED. Safe to call while other threads are
  * inside calls on `comm` (a blocked operation then returns RCC_ERR_ABORTED):
  * abort blocks until those calls have returned, at most the communicator's
- * timeout, and then frees the communicator regardless. Returns RCC_SUCCESS,
- * also for NULL (ignored). Errors: RCC_ERR_INVALID_ARGUMENT for a
- * communicator that is not live (destroyed or aborted already). */
+ * timeout, and then frees the communicator. Returns RCC_SUCCESS, also for
+ * NULL (ignored). Errors: RCC_ERR_INVALID_ARGUMENT for a communicator that
+ * is not live (destroyed or aborted already); RCC_ERR_TIMEOUT when calls
+ * were still inside at the timeout: the communicator is ended all the same
+ * (no later call may use it), but its memory is left allocated, so that
+ * those calls never touch freed memory. */
 RCC_API rcc_result_t rcc_comm_abort(rcc_comm_t comm);
 
 /* The communicator's error state (ncclCommGetAsyncError): *async_error is

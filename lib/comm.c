@@ -655,8 +655,18 @@ rcc_result_t rcc_comm_abort(rcc_comm_t comm)
             ts.tv_sec++, ts.tv_nsec -= 1000000000;
         pthread_cond_timedwait(&comm->cond, &comm->lock, &ts);
     }
+    int inside = comm->callers;
     pthread_mutex_unlock(&comm->lock);
     rcci_progress_stop(comm);
+    if (inside > 0) { /* freeing would pull the memory from under them: keep it */
+        RCC_WARN("rcc_comm_abort: %d call%s still inside the communicator after its timeout; "
+                 "its memory is left allocated",
+                 inside, inside == 1 ? " is" : "s are");
+        return rcci_error(RCC_ERR_TIMEOUT,
+                          "rcc_comm_abort: %d call%s still inside after %.0f s; the communicator "
+                          "is ended but its memory is left allocated",
+                          inside, inside == 1 ? " is" : "s are", comm->timeout_ns / 1e9);
+    }
     comm_free(comm);
     return RCC_SUCCESS;
 }
