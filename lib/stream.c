@@ -20,6 +20,7 @@
  * (devring.c, cudaipc), else through pinned slots.
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +37,12 @@
  * that had it MARKS tickets earlier has ended (the caller waits for that,
  * within the timeout, when more operations than this are pending). */
 #define STREAM_MARKS 256
-/* Pinned staging buffers a communicator keeps for reuse. */
-#define STAGING_CACHE 4
+/* Pinned staging buffers are kept until the communicator goes, never freed
+ * while it runs: cudaFreeHost waits for the whole device, and a caller's
+ * stream may be waiting (cuStreamWaitValue32) for a flag that only this
+ * thread, blocked in the free, would store. Sizes are powers of two (at
+ * least this), so a workload of many sizes keeps a few buffers per size. */
+#define STAGING_MIN_BYTES (64u << 10)
 
 #if RCC_HAVE_CUDA
 extern const rcci_devapi_t rcci_devapi_cuda;
@@ -110,8 +115,10 @@ struct rcci_streams {
     int device;               /* of the first stream call's thread */
     void *copy_stream;        /* staging copies */
     pthread_mutex_t cache_lock;
-    void *cache[STAGING_CACHE];
-    size_t cache_bytes[STAGING_CACHE];
+    /* Staging buffers not in use; those in use are the operations'. */
+    void **cache;
+    size_t *cache_bytes;
+    int ncache, cache_cap;
 };
 
 static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out)
@@ -152,9 +159,10 @@ void rcci_streams_free(struct rcc_comm *comm)
     struct rcci_streams *s = comm->streams;
     if (!s)
         return;
-    for (int i = 0; i < STAGING_CACHE; i++)
-        if (s->cache[i])
-            s->dev->host_free(s->cache[i]);
+    for (int i = 0; i < s->ncache; i++)
+        s->dev->host_free(s->cache[i]);
+    free(s->cache);
+    free(s->cache_bytes);
     s->dev->stream_destroy(s->copy_stream);
     s->dev->host_free((void *)s->flags);
     pthread_mutex_destroy(&s->cache_lock);
@@ -162,50 +170,52 @@ void rcci_streams_free(struct rcc_comm *comm)
     comm->streams = NULL;
 }
 
-/* A pinned buffer of at least `bytes`: a cached one, or a new one. */
+/* A pinned buffer of at least `bytes`: the smallest cached one that is
+ * large enough, or a new one of the next power of two. */
 static rcc_result_t staging_take(struct rcci_streams *s, size_t bytes, void **buf, size_t *got)
 {
     pthread_mutex_lock(&s->cache_lock);
     int best = -1;
-    for (int i = 0; i < STAGING_CACHE; i++)
-        if (s->cache[i] && s->cache_bytes[i] >= bytes &&
-            (best < 0 || s->cache_bytes[i] < s->cache_bytes[best]))
+    for (int i = 0; i < s->ncache; i++)
+        if (s->cache_bytes[i] >= bytes && (best < 0 || s->cache_bytes[i] < s->cache_bytes[best]))
             best = i;
     if (best >= 0) {
         *buf = s->cache[best], *got = s->cache_bytes[best];
-        s->cache[best] = NULL;
+        s->ncache--;
+        s->cache[best] = s->cache[s->ncache], s->cache_bytes[best] = s->cache_bytes[s->ncache];
     }
     pthread_mutex_unlock(&s->cache_lock);
     if (best >= 0)
         return RCC_SUCCESS;
-    *got = bytes;
-    return s->dev->host_alloc(buf, bytes);
+    size_t size = STAGING_MIN_BYTES;
+    while (size < bytes && size <= SIZE_MAX / 2)
+        size *= 2;
+    *got = size < bytes ? bytes : size;
+    return s->dev->host_alloc(buf, *got);
 }
 
-/* Back to the cache; the smallest cached buffer makes room if need be. */
+/* Back to the cache (freed with the communicator, see STAGING_MIN_BYTES).
+ * Only where the cache cannot grow (no memory) does the buffer go now. */
 static void staging_give(struct rcci_streams *s, void *buf, size_t bytes)
 {
     pthread_mutex_lock(&s->cache_lock);
-    int slot = -1;
-    for (int i = 0; i < STAGING_CACHE && slot < 0; i++)
-        if (!s->cache[i])
-            slot = i;
-    if (slot < 0) {
-        slot = 0;
-        for (int i = 1; i < STAGING_CACHE; i++)
-            if (s->cache_bytes[i] < s->cache_bytes[slot])
-                slot = i;
-        if (s->cache_bytes[slot] >= bytes)
-            slot = -1; /* every cached one is larger: drop this one */
+    if (s->ncache == s->cache_cap) {
+        int cap = s->cache_cap ? 2 * s->cache_cap : 8;
+        void **c = realloc(s->cache, sizeof *c * (size_t)cap);
+        if (c)
+            s->cache = c;
+        size_t *b = c ? realloc(s->cache_bytes, sizeof *b * (size_t)cap) : NULL;
+        if (b)
+            s->cache_bytes = b, s->cache_cap = cap;
     }
-    void *drop = buf;
-    if (slot >= 0) {
-        drop = s->cache[slot];
-        s->cache[slot] = buf, s->cache_bytes[slot] = bytes;
+    int kept = s->ncache < s->cache_cap;
+    if (kept) {
+        s->cache[s->ncache] = buf, s->cache_bytes[s->ncache] = bytes;
+        s->ncache++;
     }
     pthread_mutex_unlock(&s->cache_lock);
-    if (drop)
-        s->dev->host_free(drop);
+    if (!kept)
+        s->dev->host_free(buf);
 }
 
 /* ---- marks: the call side ------------------------------------------------ */

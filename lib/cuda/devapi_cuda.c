@@ -59,6 +59,9 @@ static void driver_lookup(void)
 
 static rcc_result_t cuda_fail(cudaError_t e, const char *what)
 {
+    /* Reported here: left as the thread's last CUDA error, it would be
+     * taken for a later kernel launch's (ours or the application's). */
+    (void)cudaGetLastError();
     return rcci_error(RCC_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e),
                       cudaGetErrorName(e));
 }
@@ -245,10 +248,27 @@ static rcc_result_t ipc_host_register(void *p, size_t bytes)
     return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaHostRegister of a shared flag page");
 }
 
+
+/* Zeroes device memory and waits for it, on a stream of its own: the
+ * legacy default stream would wait for (and be waited on by) every
+ * blocking stream, an application's among them, which may be waiting on a
+ * flag of ours. */
+static cudaError_t cuda_zero_now(void *p, size_t bytes)
+{
+    cudaStream_t st;
+    cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e != cudaSuccess)
+        return e;
+    e = cudaMemsetAsync(p, 0, bytes, st);
+    cudaError_t e2 = cudaStreamSynchronize(st);
+    cudaStreamDestroy(st);
+    return e != cudaSuccess ? e : e2;
+}
 static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int host, void *handle)
 {
     ipc_handle_t h;
     memset(&h, 0, sizeof h);
+    *p = NULL;
     h.host = (uint32_t)host;
     h.device = cuda_current_device();
     h.bytes = bytes ? bytes : 1;
@@ -265,7 +285,7 @@ static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int host, void *handl
         cudaError_t e = cudaMalloc(p, (size_t)h.bytes);
         if (e != cudaSuccess)
             return cuda_fail(e, "cudaMalloc of IPC receive slots");
-        e = cudaMemset(*p, 0, (size_t)h.bytes);
+        e = cuda_zero_now(*p, (size_t)h.bytes);
         if (e == cudaSuccess)
             e = cudaIpcGetMemHandle(&h.u.cuda, *p);
         res = e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaIpcGetMemHandle");
@@ -341,16 +361,18 @@ static rcc_result_t cuda_ipc_open(const void *handle, void **p)
             rcci_ipcmem_close(*p, (size_t)h.bytes);
         return res;
     }
-    int me = cuda_current_device(), can = 1;
-    if (h.device != me && cudaDeviceCanAccessPeer(&can, me, h.device) != cudaSuccess)
-        can = 0;
-    if (!can)
-        return rcci_error(RCC_ERR_UNSUPPORTED,
-                          "device %d cannot access device %d's memory (no peer access)", me,
-                          (int)h.device);
-    /* Lazy peer access: enabled by the driver for the exporter's device. */
+    /* No peer-access check first: the exporter's device number names
+     * another device here where CUDA_VISIBLE_DEVICES differ, and the open
+     * itself says whether this device reaches that memory. Lazy peer
+     * access: enabled by the driver for the exporter's device. */
     cudaError_t e = cudaIpcOpenMemHandle(p, h.u.cuda, cudaIpcMemLazyEnablePeerAccess);
-    return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaIpcOpenMemHandle of a peer's slots");
+    if (e == cudaSuccess)
+        return RCC_SUCCESS;
+    (void)cudaGetLastError();
+    return rcci_error(RCC_ERR_UNSUPPORTED,
+                      "device %d cannot map a peer's memory (its device %d there): "
+                      "cudaIpcOpenMemHandle: %s (no peer access, or the same process)",
+                      cuda_current_device(), (int)h.device, cudaGetErrorString(e));
 }
 
 /* The allocation that holds p: its base and size. */

@@ -336,6 +336,7 @@ static rcc_result_t red_launch(void *dst, void *dst2, const void *a, const void 
         return res;
     if (blocks < (size_t)grid)
         grid = (int)blocks;
+    (void)cudaGetLastError(); /* an earlier call's error is not this launch's */
     red_kernel<K, OP><<<grid, RCCI_CUDA_BLOCK, 0, stream>>>(g);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
