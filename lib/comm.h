@@ -304,6 +304,9 @@ void rcci_stream_release(rcci_op_t *op);
  * group's stream calls waits for their results. */
 void rcci_stream_group_end(void);
 void rcci_streams_free(struct rcc_comm *comm);
+/* For tests: the next stream operation gets ticket `next` (the counter's
+ * wrap after 2^32 operations, without making them). */
+rcc_result_t rcci_streams_set_next_ticket(struct rcc_comm *comm, uint32_t next);
 /* Runs a blocking call's operation to its end on the calling thread when
  * nothing else is queued or running (RCC_INLINE): no hand-off to the
  * progress thread and back, which dominates small messages. Returns 1 when

@@ -111,7 +111,9 @@ int rcc_cuda_available(void)
 struct rcci_streams {
     const rcci_devapi_t *dev;
     volatile uint32_t *flags; /* pair k: start at 2k, done at 2k + 1 */
-    uint32_t tickets;         /* handed out so far; under comm->lock */
+    uint32_t tickets;         /* the last handed out (never 0); under comm->lock */
+    uint64_t issued;          /* tickets handed out: picks the pair; under comm->lock */
+    uint32_t last[STREAM_MARKS]; /* per pair, the ticket of its last operation (0: none) */
     int device;               /* of the first stream call's thread */
     void *copy_stream;        /* staging copies */
     pthread_mutex_t cache_lock;
@@ -168,6 +170,18 @@ void rcci_streams_free(struct rcc_comm *comm)
     pthread_mutex_destroy(&s->cache_lock);
     free(s);
     comm->streams = NULL;
+}
+
+rcc_result_t rcci_streams_set_next_ticket(struct rcc_comm *comm, uint32_t next)
+{
+    struct rcci_streams *s;
+    rcc_result_t res = streams_get(comm, &s);
+    if (res == RCC_SUCCESS) {
+        pthread_mutex_lock(&comm->lock);
+        s->tickets = next - 1;
+        pthread_mutex_unlock(&comm->lock);
+    }
+    return res;
 }
 
 /* A pinned buffer of at least `bytes`: the smallest cached one that is
@@ -269,12 +283,11 @@ void rcci_stream_release(rcci_op_t *op)
 }
 
 /* Waits, within the timeout, until the operation that last had this pair
- * has ended. */
-static rcc_result_t mark_pair_free(struct rcc_comm *comm, volatile uint32_t *done, uint32_t ticket)
+ * (ticket `prev`; 0: none) has ended. */
+static rcc_result_t mark_pair_free(struct rcc_comm *comm, volatile uint32_t *done, uint32_t prev)
 {
-    if (ticket <= STREAM_MARKS)
+    if (prev == 0)
         return RCC_SUCCESS;
-    uint32_t prev = ticket - STREAM_MARKS;
     int64_t deadline = rcci_now_ns() + comm->timeout_ns;
     while ((int32_t)(__atomic_load_n(done, __ATOMIC_ACQUIRE) - prev) < 0) {
         if (rcci_now_ns() > deadline)
@@ -299,10 +312,14 @@ rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stre
     uint32_t ticket = ++s->tickets;
     if (ticket == 0) /* 0 is the flags' initial value: never a ticket */
         ticket = ++s->tickets;
+    /* Pairs in turn by a count that does not wrap, each remembering its
+     * last ticket: right also after the tickets wrap (2^32 operations). */
+    size_t k = (size_t)(s->issued++ % STREAM_MARKS);
+    uint32_t prev = s->last[k];
+    s->last[k] = ticket;
     pthread_mutex_unlock(&comm->lock);
-    size_t k = ticket % STREAM_MARKS;
     volatile uint32_t *start = &s->flags[2 * k], *done = &s->flags[2 * k + 1];
-    res = mark_pair_free(comm, done, ticket);
+    res = mark_pair_free(comm, done, prev);
     if (res == RCC_SUCCESS)
         res = s->dev->write_flag(stream, start, ticket);
     op->on_stream = 1;

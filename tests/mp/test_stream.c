@@ -10,12 +10,14 @@
  */
 #include <check.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "../check_main.h"
+#include "comm.h" /* rcci_streams_set_next_ticket */
 #include "fakedev.h"
 #include "mp.h"
 #include "streamcase.h"
@@ -330,6 +332,55 @@ static int rank_kinds_differ(int rank, int n, void *arg)
     return 0;
 }
 
+/* ---- the ticket counter wraps ----------------------------------------------- */
+
+/* 700 allreduces queued on a stream without waiting, from ticket 2^32 - 301
+ * on: the counter wraps (0 is never a ticket) while more operations are
+ * pending than there are flag pairs, so pairs are reused across the wrap.
+ * Each must wait for its pair's previous operation, and for no operation
+ * that never was. */
+static int rank_ticket_wrap(int rank, int n, void *arg)
+{
+    (void)arg;
+    enum { OPS = 700 };
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(20000);
+    void *stream = fakedev_stream_create();
+    if (rcci_streams_set_next_ticket(comm, UINT32_MAX - 300) != RCC_SUCCESS)
+        MP_FAIL("rank %d: %s", rank, rcc_last_error(NULL));
+    int32_t in[OPS], got[OPS];
+    for (int i = 0; i < OPS; i++)
+        in[i] = rank + 3 * i;
+    int32_t *d = fakedev_malloc(sizeof in);
+    kcopy_t fill = {d, in, sizeof in, 0, 0, 0}, snap = {got, d, sizeof got, 0, 0, 0};
+    fakedev_launch(stream, kern_copy, &fill);
+    for (int i = 0; i < OPS; i++) {
+        rcc_result_t res = rcc_allreduce_stream(d + i, d + i, 1, RCC_INT32, RCC_SUM, comm, stream);
+        if (res != RCC_SUCCESS)
+            MP_FAIL("rank %d: allreduce %d on the stream: %s: %s", rank, i,
+                    rcc_result_name(res), rcc_last_error(NULL));
+    }
+    fakedev_launch(stream, kern_copy, &snap);
+    if (fakedev_stream_sync(stream, 60))
+        MP_FAIL("rank %d: the stream did not finish: %s", rank, rcc_last_error(comm));
+    int bad = 0;
+    for (int i = 0; i < OPS && !bad; i++)
+        if (got[i] != n * 3 * i + n * (n - 1) / 2) {
+            fprintf(stderr, "rank %d: allreduce %d gave %d, not %d\n", rank, i, (int)got[i],
+                    n * 3 * i + n * (n - 1) / 2);
+            bad = 1;
+        }
+    fakedev_free(d);
+    fakedev_stream_destroy(stream);
+    return td_finish(comm, bad);
+}
+
+START_TEST(tickets_wrap)
+{
+    ck_assert_int_eq(mp_run(2, rank_ticket_wrap, NULL, 120), 0);
+}
+END_TEST
+
 START_TEST(device_and_host_buffers_across_ranks)
 {
     ck_assert_int_eq(mp_run(2, rank_kinds_differ, NULL, 120), 0);
@@ -346,6 +397,7 @@ static Suite *stream_suite(void)
     tcase_add_loop_test(tc, p2p_on_a_stream, 1, 6);
     tcase_add_loop_test(tc, failure_releases_the_stream, 2, 5);
     tcase_add_test(tc, device_and_host_buffers_across_ranks);
+    tcase_add_test(tc, tickets_wrap);
     suite_add_tcase(s, tc);
     return s;
 }
