@@ -222,7 +222,10 @@ static int cipc_drain(const rcci_devapi_t *dev, void *stream)
 static void cipc_free_conn(rcci_conn_t *c)
 {
     const rcci_devapi_t *dev = c->ctx->dev;
-    c->ctx->dev->use_device(c->ctx->device);
+    /* The caller's thread may be the application's (rcc_comm_destroy): its
+     * current device is given back below. */
+    int caller_device = dev->current_device();
+    dev->use_device(c->ctx->device);
     int drained = cipc_drain(dev, c->tx_stream) & cipc_drain(dev, c->rx_stream);
     if (!drained) /* leaking the mappings beats a GPU fault */
         RCC_WARN("cudaipc: copies to/from %s still running after %.0f s; its memory stays mapped",
@@ -247,6 +250,8 @@ static void cipc_free_conn(rcci_conn_t *c)
     }
     if (c->ctrl)
         CTRL->close(c->ctrl);
+    if (caller_device != c->ctx->device)
+        dev->use_device(caller_device);
     free(c);
 }
 
