@@ -91,6 +91,7 @@ int main(int argc, char **argv)
 {
     int iters = 20, nsizes = 0;
     size_t mib[MAX_SIZES];
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a row at a time, also into a pipe that may be cut */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);

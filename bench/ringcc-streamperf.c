@@ -91,7 +91,8 @@ static double median(double *v, int n)
 }
 
 /* Rank 0's device-to-device cudaMemcpy bandwidth (read + write bytes per
- * second, median of 5 copies of `bytes`) while the others wait, shared. */
+ * second, median of 5 copies of `bytes`, after 5 that bring the clocks up)
+ * while the others wait, shared. */
 static double d2d_bandwidth(void *dst, const void *src, size_t bytes, cudaStream_t st)
 {
     double bw[5] = {0}, all = 0;
@@ -99,7 +100,8 @@ static double d2d_bandwidth(void *dst, const void *src, size_t bytes, cudaStream
         cudaEvent_t a, b;
         CU(cudaEventCreate(&a));
         CU(cudaEventCreate(&b));
-        CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st)); /* warm-up */
+        for (int i = 0; i < 5; i++) /* warm-up */
+            CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st));
         for (int i = 0; i < 5; i++) {
             float ms = 0;
             CU(cudaEventRecord(a, st));
@@ -133,6 +135,7 @@ int main(int argc, char **argv)
 {
     size_t minb = 1u << 20, maxb = 64u << 20, factor = 4;
     int iters = 10, warmup = 2, rounds = 3, c;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a row at a time, also into a pipe that may be cut */
     while ((c = getopt(argc, argv, "b:e:f:n:w:r:h")) != -1) {
         switch (c) {
         case 'b': minb = parse_size(optarg); break;
@@ -177,7 +180,7 @@ int main(int argc, char **argv)
         hsend[i] = input(rank, i);
     CU(cudaMemcpy(dsend, hsend, maxb, cudaMemcpyHostToDevice));
     double busfac = nranks > 1 ? 2.0 * (nranks - 1) / nranks : 1.0;
-    double d2d = d2d_bandwidth(dsend, drecv, maxb, st);
+    double d2d = d2d_bandwidth(drecv, dsend, maxb, st); /* into drecv: dsend is the input */
     int per_gpu = (nranks + ndev - 1) / ndev; /* ranks spread round-robin over the GPUs */
     if (rank == 0)
         printf("# %s: %d ranks, float32 sum, %d iterations after %d warm-up, %d rounds "

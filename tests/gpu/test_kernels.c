@@ -299,6 +299,7 @@ static void run_copy2(struct bufs *bf, size_t bytes, const size_t offs[3])
 int main(int argc, char **argv)
 {
     char why[256];
+    setvbuf(stdout, NULL, _IOLBF, 0); /* what ran shows even when a time limit cuts it */
     if (rcci_cuda_device_count(why, sizeof why) == 0) {
         printf("SKIP: no CUDA device: %s\n", why);
         return 77;
