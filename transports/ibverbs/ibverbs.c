@@ -554,8 +554,6 @@ static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, 
     return res;
 }
 
-/* Takes connect requests off the listener without blocking: strangers are
- * rejected, valid ones held for accept. */
 /* Drops held request i (its peer gave up on it, or asked again). */
 static void verbs_drop_pending(rcci_listener_t *l, int i, int reject)
 {
@@ -565,6 +563,8 @@ static void verbs_drop_pending(rcci_listener_t *l, int i, int reject)
     l->pending[i] = l->pending[--l->npending];
 }
 
+/* Takes connect requests off the listener without blocking: strangers are
+ * rejected, valid ones held for accept. */
 static void verbs_take_requests(rcci_listener_t *l)
 {
     struct rdma_cm_event *ev;
