@@ -659,13 +659,12 @@ rcc_result_t rcc_comm_abort(rcc_comm_t comm)
     pthread_mutex_unlock(&comm->lock);
     rcci_progress_stop(comm);
     if (inside > 0) { /* freeing would pull the memory from under them: keep it */
-        RCC_WARN("rcc_comm_abort: %d call%s still inside the communicator after its timeout; "
-                 "its memory is left allocated",
-                 inside, inside == 1 ? " is" : "s are");
-        return rcci_error(RCC_ERR_TIMEOUT,
-                          "rcc_comm_abort: %d call%s still inside after %.0f s; the communicator "
-                          "is ended but its memory is left allocated",
-                          inside, inside == 1 ? " is" : "s are", comm->timeout_ns / 1e9);
+        rcc_result_t res = rcci_error(RCC_ERR_TIMEOUT,
+                                      "rcc_comm_abort: %d call%s still inside after %.0f s; the "
+                                      "communicator is ended but its memory is left allocated",
+                                      inside, inside == 1 ? " is" : "s are", comm->timeout_ns / 1e9);
+        RCC_WARN("%s", rcci_tls_error());
+        return res;
     }
     comm_free(comm);
     return RCC_SUCCESS;

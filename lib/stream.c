@@ -33,9 +33,9 @@
 #include "log.h"
 #include "rcc_config.h"
 
-/* Marks per communicator: a ticket reuses its pair only once the operation
- * that had it MARKS tickets earlier has ended (the caller waits for that,
- * within the timeout, when more operations than this are pending). */
+/* Marks per communicator: taken in turn, a pair is reused only once the
+ * operation that had it last has ended (the caller waits for that, within
+ * the timeout, when more operations than this are pending). */
 #define STREAM_MARKS 256
 /* Pinned staging buffers are kept until the communicator goes, never freed
  * while it runs: cudaFreeHost waits for the whole device, and a caller's
@@ -118,8 +118,10 @@ struct rcci_streams {
     void *copy_stream;        /* staging copies */
     pthread_mutex_t cache_lock;
     /* Staging buffers not in use; those in use are the operations'. */
-    void **cache;
-    size_t *cache_bytes;
+    struct staging {
+        void *buf;
+        size_t bytes;
+    } *cache;
     int ncache, cache_cap;
 };
 
@@ -162,9 +164,8 @@ void rcci_streams_free(struct rcc_comm *comm)
     if (!s)
         return;
     for (int i = 0; i < s->ncache; i++)
-        s->dev->host_free(s->cache[i]);
+        s->dev->host_free(s->cache[i].buf);
     free(s->cache);
-    free(s->cache_bytes);
     s->dev->stream_destroy(s->copy_stream);
     s->dev->host_free((void *)s->flags);
     pthread_mutex_destroy(&s->cache_lock);
@@ -191,12 +192,11 @@ static rcc_result_t staging_take(struct rcci_streams *s, size_t bytes, void **bu
     pthread_mutex_lock(&s->cache_lock);
     int best = -1;
     for (int i = 0; i < s->ncache; i++)
-        if (s->cache_bytes[i] >= bytes && (best < 0 || s->cache_bytes[i] < s->cache_bytes[best]))
+        if (s->cache[i].bytes >= bytes && (best < 0 || s->cache[i].bytes < s->cache[best].bytes))
             best = i;
     if (best >= 0) {
-        *buf = s->cache[best], *got = s->cache_bytes[best];
-        s->ncache--;
-        s->cache[best] = s->cache[s->ncache], s->cache_bytes[best] = s->cache_bytes[s->ncache];
+        *buf = s->cache[best].buf, *got = s->cache[best].bytes;
+        s->cache[best] = s->cache[--s->ncache];
     }
     pthread_mutex_unlock(&s->cache_lock);
     if (best >= 0)
@@ -215,18 +215,13 @@ static void staging_give(struct rcci_streams *s, void *buf, size_t bytes)
     pthread_mutex_lock(&s->cache_lock);
     if (s->ncache == s->cache_cap) {
         int cap = s->cache_cap ? 2 * s->cache_cap : 8;
-        void **c = realloc(s->cache, sizeof *c * (size_t)cap);
+        struct staging *c = realloc(s->cache, sizeof *c * (size_t)cap);
         if (c)
-            s->cache = c;
-        size_t *b = c ? realloc(s->cache_bytes, sizeof *b * (size_t)cap) : NULL;
-        if (b)
-            s->cache_bytes = b, s->cache_cap = cap;
+            s->cache = c, s->cache_cap = cap;
     }
     int kept = s->ncache < s->cache_cap;
-    if (kept) {
-        s->cache[s->ncache] = buf, s->cache_bytes[s->ncache] = bytes;
-        s->ncache++;
-    }
+    if (kept)
+        s->cache[s->ncache++] = (struct staging){buf, bytes};
     pthread_mutex_unlock(&s->cache_lock);
     if (!kept)
         s->dev->host_free(buf);

@@ -248,7 +248,6 @@ static rcc_result_t ipc_host_register(void *p, size_t bytes)
     return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaHostRegister of a shared flag page");
 }
 
-
 /* Zeroes device memory and waits for it, on a stream of its own: the
  * legacy default stream would wait for (and be waited on by) every
  * blocking stream, an application's among them, which may be waiting on a
@@ -264,6 +263,7 @@ static cudaError_t cuda_zero_now(void *p, size_t bytes)
     cudaStreamDestroy(st);
     return e != cudaSuccess ? e : e2;
 }
+
 static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int host, void *handle)
 {
     ipc_handle_t h;
