@@ -12,6 +12,9 @@
  * the forked ranks share through its IPC): cudaipc in every build. The ranks use 127.0.0.1,
  * or with RCC_SOCKET_IFNAME set the address of that interface (an RDMA
  * device's, for ibverbs: RCC_SOCKET_IFNAME=eth0 meson test transport_ibverbs).
+ * Built with tests/verbsim/ (-DRCC_VERBSIM, test_transport_verbsim), the
+ * verbs transport runs on a model of an RDMA adapter, and each rank also
+ * fails on any misuse of the verbs API the model saw.
  * Built without Check too (tests/minicheck.h), as the gpu suite's
  * gpu_transport_cudaipc, so that it runs for cudaipc on the GPU machine.
  */
@@ -37,6 +40,9 @@
 #include "comm.h" /* rcci_sig_describe */
 #include "devapi.h"
 #include "transport.h"
+#ifdef RCC_VERBSIM
+#include "verbsim.h"
+#endif
 
 #define CONF_TIMEOUT_S 60
 #define CONF_WAIT_NS (20ll * 1000000000)
@@ -192,7 +198,25 @@ static int conf_move(conf_end_t *e, int sending, size_t n, uint32_t seq)
     return 0;
 }
 
-static int conf_run(mp_rank_fn fn) { return mp_run(2, fn, NULL, CONF_TIMEOUT_S); }
+/* Each rank runs `conf_body`; on the verbs model it must also have used
+ * the verbs API rightly throughout (verbsim.h). */
+static mp_rank_fn conf_body;
+
+static int conf_rank(int rank, int nranks, void *arg)
+{
+    int rc = conf_body(rank, nranks, arg);
+#ifdef RCC_VERBSIM
+    if (rc == 0 && verbsim_violations())
+        MP_FAIL("%d misuses of the verbs API (the \"verbsim:\" lines above)", verbsim_violations());
+#endif
+    return rc;
+}
+
+static int conf_run(mp_rank_fn fn)
+{
+    conf_body = fn; /* before the ranks fork */
+    return mp_run(2, conf_rank, NULL, CONF_TIMEOUT_S);
+}
 
 /* ---- connect ---- */
 

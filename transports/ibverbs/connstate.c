@@ -120,7 +120,12 @@ rcc_result_t rcci_ibc_error(const rcci_ibc_t *c, const char *peer)
     case RCCI_IBC_EV_DEADLINE:
         return rcci_error(RCC_ERR_TIMEOUT, "connection to %s timed out in state %s", peer, from);
     case RCCI_IBC_EV_REJECTED:
-        return rcci_error(RCC_ERR_PEER_LOST, "%s rejected the connection", peer);
+        /* rdma_cm rejects a request for a port nobody listens on, as TCP
+         * refuses: most often the rank left or died. */
+        return rcci_error(RCC_ERR_PEER_LOST,
+                          "%s rejected the connection (it no longer listens: the rank left or "
+                          "died; or it refused this rank)",
+                          peer);
     case RCCI_IBC_EV_PEER_CLOSE:
         return rcci_error(RCC_ERR_PEER_LOST, "%s closed the connection", peer);
     case RCCI_IBC_EV_DISCONNECTED:

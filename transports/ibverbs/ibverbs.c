@@ -53,6 +53,7 @@
 #define IBV_POLL_BATCH 32
 #define IBV_MR_CACHE 64
 #define IBV_PENDING_MAX 64 /* valid connect requests held for later accepts */
+#define IBV_SWEEP_NS 5000000ll /* connect's wait: how often it accepts for its listeners */
 #define IBV_WR_RECV 0u     /* wr_id of a receive */
 #define IBV_WR_WRITE 1u    /* wr_id of a data write */
 #define IBV_WR_CONTROL 2u  /* wr_id of a credit or close */
@@ -76,10 +77,14 @@ typedef struct {
     rcci_ibv_device_t dev;
     rcci_mrc_t mrs;
     rcci_ibp_geom_t geom;
+    pthread_mutex_t listeners_lock;
+    rcci_listener_t *listeners; /* connect keeps them moving while it waits */
 } verbs_ctx_t;
 
+/* A connect request accepted at once (rdma_accept sent), waiting for the
+ * accept call that asks for its rank and tag. */
 typedef struct {
-    struct rdma_cm_id *id;
+    rcci_conn_t *conn;
     rcci_ibh_t hello;
 } verbs_pending_t;
 
@@ -90,6 +95,7 @@ struct rcci_listener {
     pthread_mutex_t lock; /* sweep_listener may run beside accept */
     verbs_pending_t pending[IBV_PENDING_MAX];
     int npending;
+    rcci_listener_t *next; /* in ctx->listeners */
 };
 
 struct rcci_request {
@@ -125,6 +131,7 @@ struct rcci_conn {
     rcc_result_t failed; /* sticky */
     char failure[RCCI_ERR_TEXT_BYTES];
     int failed_by_notice;
+    int goodbye; /* ... and the notice said goodbye: no failure until used */
     int announced; /* an announcement is waiting for peek */
     rcci_tag_t announce_tag;
     char peer[96];
@@ -265,6 +272,7 @@ static rcc_result_t verbs_init(const rcci_transport_env_t *env, void **tctx)
     if (!ctx)
         return rcci_error(RCC_ERR_NO_MEMORY, "verbs context");
     ctx->env = *env;
+    pthread_mutex_init(&ctx->listeners_lock, NULL);
     ctx->geom = (rcci_ibp_geom_t){.nslots = (uint32_t)rcci_param_int(RCCI_PARAM_IB_SLOTS),
                                   .slot_bytes = (uint32_t)rcci_param_int(RCCI_PARAM_IB_SLOT_BYTES)};
     RCC_CHECK(rcci_ibp_geom_check(&ctx->geom, "RCC_IB_SLOTS/RCC_IB_SLOT_BYTES"));
@@ -274,10 +282,12 @@ static rcc_result_t verbs_init(const rcci_transport_env_t *env, void **tctx)
     if (res != RCC_SUCCESS)
         rcci_ibv_device_close(&ctx->dev);
 out:
-    if (res != RCC_SUCCESS)
+    if (res != RCC_SUCCESS) {
+        pthread_mutex_destroy(&ctx->listeners_lock);
         free(ctx);
-    else
+    } else {
         *tctx = ctx;
+    }
     return res;
 }
 
@@ -286,6 +296,7 @@ static void verbs_fini(void *tctx)
     verbs_ctx_t *ctx = tctx;
     rcci_mrc_fini(&ctx->mrs);
     rcci_ibv_device_close(&ctx->dev);
+    pthread_mutex_destroy(&ctx->listeners_lock);
     free(ctx);
 }
 
@@ -456,6 +467,10 @@ static rcc_result_t verbs_listen(void *tctx, void *handle, rcci_listener_t **out
     memset(handle, 0, RCCI_HANDLE_BYTES);
     rcci_addr_to_wire(&bound, (rcci_wire_addr_t *)handle);
     *out = l;
+    pthread_mutex_lock(&ctx->listeners_lock);
+    l->next = ctx->listeners;
+    ctx->listeners = l;
+    pthread_mutex_unlock(&ctx->listeners_lock);
 out:
     if (res != RCC_SUCCESS) {
         if (l->id)
@@ -510,6 +525,8 @@ static rcc_result_t verbs_act(rcci_conn_t *c, rcci_ibc_action_t act, const rcci_
     }
 }
 
+static void verbs_sweep_ctx(verbs_ctx_t *ctx);
+
 static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, int64_t deadline_ns,
                                   rcci_conn_t **out)
 {
@@ -527,8 +544,17 @@ static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, 
     else
         res = verbs_act(c, rcci_ibc_step(&c->state, RCCI_IBC_EV_CONNECT), &to, tag);
     while (res == RCC_SUCCESS && c->state.state != RCCI_IBC_READY) {
+        /* The peer may be connecting to this rank meanwhile (a ring: every
+         * rank connects, then accepts): unlike a TCP backlog, its connect
+         * only completes when this rank accepts, so accept it now. */
+        verbs_sweep_ctx(ctx);
         struct rdma_cm_event *ev;
-        res = verbs_next_cm_event(c->cm_ch, deadline_ns, &ev);
+        int64_t slice = rcci_now_ns() + IBV_SWEEP_NS;
+        res = verbs_next_cm_event(c->cm_ch, slice < deadline_ns ? slice : deadline_ns, &ev);
+        if (res == RCC_ERR_TIMEOUT && slice < deadline_ns) {
+            res = RCC_SUCCESS;
+            continue;
+        }
         if (res == RCC_ERR_TIMEOUT) {
             rcci_ibc_step(&c->state, RCCI_IBC_EV_DEADLINE);
             res = rcci_ibc_error(&c->state, c->peer);
@@ -554,31 +580,60 @@ static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, 
     return res;
 }
 
-/* Drops held request i (its peer gave up on it, or asked again). */
-static void verbs_drop_pending(rcci_listener_t *l, int i, int reject)
+/* Drops held connection i (its peer asked again, or the listener closes). */
+static void verbs_drop_pending(rcci_listener_t *l, int i)
 {
-    if (reject)
-        rdma_reject(l->pending[i].id, NULL, 0);
-    rdma_destroy_id(l->pending[i].id);
+    verbs_conn_free(l->pending[i].conn);
     l->pending[i] = l->pending[--l->npending];
 }
 
+/* Accepts the request on `id` (its hello `h`) at once: its own channel,
+ * slots and QP, and rdma_accept. Its ESTABLISHED is awaited by the accept
+ * call that asks for it (verbs_accept_finish). */
+static rcc_result_t verbs_accept_start(rcci_listener_t *l, struct rdma_cm_id *id,
+                                       const rcci_ibh_t *h, rcci_conn_t **out)
+{
+    char text[96];
+    snprintf(text, sizeof text, "rank %d", (int)h->rank);
+    rcci_conn_t *c;
+    rcc_result_t res = verbs_conn_new(l->ctx, text, &c);
+    if (res != RCC_SUCCESS) {
+        rdma_reject(id, NULL, 0);
+        rdma_destroy_id(id);
+        return res;
+    }
+    c->id = id;
+    if (rdma_migrate_id(c->id, c->cm_ch)) {
+        int err = errno;
+        rdma_reject(c->id, NULL, 0); /* the peer learns at once, not by its timeout */
+        RCC_FAIL(RCC_ERR_SYSTEM, "rdma_migrate_id: %s", strerror(err));
+    }
+    c->id->context = c;
+    RCC_CHECK(verbs_take_hello(c, h));
+    RCC_CHECK(verbs_make_qp(c));
+    if (rcci_ibc_step(&c->state, RCCI_IBC_EV_REQUEST) != RCCI_IBC_DO_ACCEPT)
+        RCC_FAIL(RCC_ERR_INTERNAL, "verbs accept out of order");
+    uint8_t hello[RCCI_IBH_BYTES];
+    verbs_my_hello(c, h->tag, hello);
+    struct rdma_conn_param param = verbs_conn_param(hello);
+    if (rdma_accept(c->id, &param))
+        RCC_FAIL(RCC_ERR_SYSTEM, "rdma_accept %s: %s", c->peer, strerror(errno));
+    *out = c;
+    c = NULL;
+out:
+    if (c)
+        verbs_conn_free(c);
+    return res;
+}
+
 /* Takes connect requests off the listener without blocking: strangers are
- * rejected, valid ones held for accept. */
+ * rejected, valid ones accepted and held for accept. */
 static void verbs_take_requests(rcci_listener_t *l)
 {
     struct rdma_cm_event *ev;
     while (rdma_get_cm_event(l->ch, &ev) == 0) {
         if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-            /* A held request's id reports here until accepted: any event
-             * of its (a disconnect, a timeout) means its peer gave up. */
-            struct rdma_cm_id *gone = ev->id;
-            rdma_ack_cm_event(ev); /* before the destroy, which waits for it */
-            for (int i = 0; i < l->npending; i++)
-                if (l->pending[i].id == gone) {
-                    verbs_drop_pending(l, i, 0);
-                    break;
-                }
+            rdma_ack_cm_event(ev); /* accepted ids report on their own channels */
             continue;
         }
         rcci_ibh_t h;
@@ -589,99 +644,82 @@ static void verbs_take_requests(rcci_listener_t *l)
         rdma_ack_cm_event(ev); /* before any destroy: rdma_destroy_id waits for its acks */
         if (res == RCC_SUCCESS && h.comm_id != l->ctx->env.comm_id)
             res = rcci_error(RCC_ERR_REMOTE, "a connection of another communicator");
-        if (res == RCC_SUCCESS && l->npending >= IBV_PENDING_MAX)
-            res = rcci_error(RCC_ERR_NO_MEMORY, "%d connections wait for accept already",
-                             IBV_PENDING_MAX);
         if (res == RCC_SUCCESS) {
             /* The same rank and tag again: it retried, the older is dead. */
             for (int i = 0; i < l->npending; i++)
                 if (l->pending[i].hello.rank == h.rank && l->pending[i].hello.tag == h.tag) {
-                    verbs_drop_pending(l, i, 1);
+                    verbs_drop_pending(l, i);
                     break;
                 }
-            l->pending[l->npending++] = (verbs_pending_t){id, h};
-        } else {
+        }
+        if (res == RCC_SUCCESS && l->npending >= IBV_PENDING_MAX)
+            res = rcci_error(RCC_ERR_NO_MEMORY, "%d connections wait for accept already",
+                             IBV_PENDING_MAX);
+        if (res != RCC_SUCCESS) {
             RCC_INFO("ibverbs: refused a connection: %s", rcci_tls_error());
             rdma_reject(id, NULL, 0);
             rdma_destroy_id(id);
+            continue;
         }
+        rcci_conn_t *c = NULL;
+        if (verbs_accept_start(l, id, &h, &c) == RCC_SUCCESS)
+            l->pending[l->npending++] = (verbs_pending_t){c, h};
+        else
+            RCC_INFO("ibverbs: cannot accept rank %d: %s", (int)h.rank, rcci_tls_error());
     }
 }
 
-/* Accepts the held request `p`: its own channel, slots and QP, then waits
- * for ESTABLISHED. */
-static rcc_result_t verbs_accept_one(rcci_listener_t *l, verbs_pending_t *p, int64_t deadline_ns,
-                                     rcci_conn_t **out)
+/* Takes a held connection's rdma_cm events without waiting: it is READY
+ * then, or still ACCEPTING, or failed (the error). */
+static rcc_result_t verbs_accept_progress(rcci_conn_t *c)
 {
-    char text[96];
-    snprintf(text, sizeof text, "rank %d", (int)p->hello.rank);
-    rcci_conn_t *c;
-    rcc_result_t res = verbs_conn_new(l->ctx, text, &c);
-    if (res != RCC_SUCCESS) {
-        rdma_reject(p->id, NULL, 0);
-        rdma_destroy_id(p->id);
-        return res;
-    }
-    c->id = p->id;
-    if (rdma_migrate_id(c->id, c->cm_ch)) {
-        int err = errno;
-        rdma_reject(c->id, NULL, 0); /* the peer learns at once, not by its timeout */
-        RCC_FAIL(RCC_ERR_SYSTEM, "rdma_migrate_id: %s", strerror(err));
-    }
-    c->id->context = c;
-    RCC_CHECK(verbs_take_hello(c, &p->hello));
-    RCC_CHECK(verbs_make_qp(c));
-    if (rcci_ibc_step(&c->state, RCCI_IBC_EV_REQUEST) != RCCI_IBC_DO_ACCEPT)
-        RCC_FAIL(RCC_ERR_INTERNAL, "verbs accept out of order");
-    uint8_t hello[RCCI_IBH_BYTES];
-    verbs_my_hello(c, p->hello.tag, hello);
-    struct rdma_conn_param param = verbs_conn_param(hello);
-    if (rdma_accept(c->id, &param))
-        RCC_FAIL(RCC_ERR_SYSTEM, "rdma_accept %s: %s", c->peer, strerror(errno));
-    while (c->state.state == RCCI_IBC_ACCEPTING) {
-        struct rdma_cm_event *ev;
-        res = verbs_next_cm_event(c->cm_ch, deadline_ns, &ev);
-        rcci_ibc_event_t e = RCCI_IBC_EV_DEADLINE;
-        if (res == RCC_SUCCESS) {
-            e = verbs_cm_event(ev->event);
-            rdma_ack_cm_event(ev);
-        } else if (res != RCC_ERR_TIMEOUT) {
-            goto out;
-        }
-        res = RCC_SUCCESS;
+    struct rdma_cm_event *ev;
+    while (c->state.state == RCCI_IBC_ACCEPTING && verbs_get_cm_event(c->cm_ch, &ev) == 0) {
+        rcci_ibc_event_t e = verbs_cm_event(ev->event);
+        rdma_ack_cm_event(ev);
         if (rcci_ibc_step(&c->state, e) == RCCI_IBC_DO_FAIL)
-            RCC_CHECK(rcci_ibc_error(&c->state, c->peer));
+            return rcci_ibc_error(&c->state, c->peer);
     }
-    *out = c;
-    c = NULL;
-out:
-    if (c)
-        verbs_conn_free(c);
-    return res;
+    return RCC_SUCCESS;
 }
 
+/* The held connection from `peer_rank` with `tag` once it is established.
+ * One that is not yet stays held past the deadline: an accept that only
+ * looks (deadline now) must not kill a connection the peer already uses. */
 static rcc_result_t verbs_accept(rcci_listener_t *l, int peer_rank, uint32_t tag,
                                  int64_t deadline_ns, rcci_conn_t **out)
 {
     pthread_mutex_lock(&l->lock);
-    rcc_result_t res = RCC_ERR_TIMEOUT;
+    rcc_result_t res;
+    rcci_conn_t *held = NULL;
     for (;;) {
         verbs_take_requests(l);
-        for (int i = 0; i < l->npending; i++) {
+        held = NULL;
+        for (int i = 0; i < l->npending && !held; i++) {
             if (l->pending[i].hello.rank != peer_rank || l->pending[i].hello.tag != tag)
                 continue;
-            verbs_pending_t p = l->pending[i];
-            l->pending[i] = l->pending[--l->npending];
-            res = verbs_accept_one(l, &p, deadline_ns, out);
-            goto out;
+            held = l->pending[i].conn;
+            res = verbs_accept_progress(held);
+            if (res != RCC_SUCCESS || held->state.state == RCCI_IBC_READY) {
+                l->pending[i] = l->pending[--l->npending];
+                if (res == RCC_SUCCESS)
+                    *out = held;
+                else
+                    verbs_conn_free(held);
+                goto out;
+            }
         }
         if (rcci_now_ns() >= deadline_ns)
             break;
-        struct pollfd pf = {.fd = l->ch->fd, .events = POLLIN};
-        poll(&pf, 1, rcci_ms_until(deadline_ns, 100));
+        struct pollfd pf[2] = {{.fd = l->ch->fd, .events = POLLIN},
+                               {.fd = held ? held->cm_ch->fd : -1, .events = POLLIN}};
+        poll(pf, 2, rcci_ms_until(deadline_ns, 100));
     }
-    res = rcci_error(RCC_ERR_TIMEOUT, "no verbs connection from rank %d (tag %u) came", peer_rank,
-                     tag);
+    res = held ? rcci_error(RCC_ERR_TIMEOUT,
+                            "the verbs connection from rank %d (tag %u) is not established yet",
+                            peer_rank, tag)
+               : rcci_error(RCC_ERR_TIMEOUT, "no verbs connection from rank %d (tag %u) came",
+                            peer_rank, tag);
 out:
     pthread_mutex_unlock(&l->lock);
     return res;
@@ -695,14 +733,28 @@ static void verbs_sweep_listener(rcci_listener_t *l)
     pthread_mutex_unlock(&l->lock);
 }
 
+static void verbs_sweep_ctx(verbs_ctx_t *ctx)
+{
+    pthread_mutex_lock(&ctx->listeners_lock);
+    for (rcci_listener_t *l = ctx->listeners; l; l = l->next)
+        verbs_sweep_listener(l);
+    pthread_mutex_unlock(&ctx->listeners_lock);
+}
+
 static void verbs_close_listener(rcci_listener_t *l)
 {
     if (!l)
         return;
-    for (int i = 0; i < l->npending; i++) {
-        rdma_reject(l->pending[i].id, NULL, 0);
-        rdma_destroy_id(l->pending[i].id);
-    }
+    verbs_ctx_t *ctx = l->ctx;
+    pthread_mutex_lock(&ctx->listeners_lock);
+    for (rcci_listener_t **p = &ctx->listeners; *p; p = &(*p)->next)
+        if (*p == l) {
+            *p = l->next;
+            break;
+        }
+    pthread_mutex_unlock(&ctx->listeners_lock);
+    while (l->npending)
+        verbs_drop_pending(l, 0);
     rdma_destroy_id(l->id);
     rdma_destroy_event_channel(l->ch);
     pthread_mutex_destroy(&l->lock);
@@ -812,6 +864,11 @@ static rcc_result_t verbs_take_notice(rcci_conn_t *c, const rcci_wire_frame_t *f
         if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
             text[i] = '?';
     c->failed_by_notice = 1;
+    if (f->notice_res == RCC_SUCCESS) { /* it left: whatever needs it now has lost it */
+        c->goodbye = 1;
+        return verbs_fail(c, rcci_error(RCC_ERR_PEER_LOST, "%s",
+                                        n ? text : "the peer destroyed its communicator"));
+    }
     return verbs_fail(c, rcci_error(f->notice_res, "%s", n ? text : "a peer failed (no detail)"));
 }
 
@@ -1057,7 +1114,7 @@ static rcc_result_t verbs_peek(rcci_conn_t *c, rcci_tag_t *tag, int *found)
         verbs_drive(c);
     if (c->failed != RCC_SUCCESS) {
         if (c->failed_by_notice)
-            *found = RCCI_PEEK_NOTICE;
+            *found = c->goodbye ? RCCI_PEEK_GOODBYE : RCCI_PEEK_NOTICE;
         return verbs_failed(c);
     }
     if (c->recvs.head)
@@ -1066,7 +1123,9 @@ static rcc_result_t verbs_peek(rcci_conn_t *c, rcci_tag_t *tag, int *found)
     int is_data;
     rcc_result_t res = verbs_next_header(c, &f, &is_data);
     if (res != RCC_SUCCESS) {
-        *found = c->failed_by_notice ? RCCI_PEEK_NOTICE : RCCI_PEEK_NONE;
+        *found = !c->failed_by_notice ? RCCI_PEEK_NONE
+                 : c->goodbye         ? RCCI_PEEK_GOODBYE
+                                      : RCCI_PEEK_NOTICE;
         return res;
     }
     if (c->announced) {
