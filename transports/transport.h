@@ -122,13 +122,19 @@ typedef struct rcci_transport {
     rcc_result_t (*listen)(void *tctx, void *handle, rcci_listener_t **listener);
     /* Connects to the listener behind `handle`, proving the secret and
      * announcing (this rank, `tag`). Blocks until done or `deadline_ns`
-     * (CLOCK_MONOTONIC) passes: RCC_ERR_TIMEOUT. */
+     * (CLOCK_MONOTONIC) passes: RCC_ERR_TIMEOUT. Must complete while the
+     * peer is itself blocked in connect (a ring connects before it
+     * accepts): in the kernel's backlog (TCP), or by accepting for this
+     * context's listeners while it waits (ibverbs: rdma_cm completes a
+     * connect only when the peer accepts). */
     rcc_result_t (*connect)(void *tctx, const void *handle, uint32_t tag, int64_t deadline_ns,
                             rcci_conn_t **conn);
     /* Accepts the connection from `peer_rank` with `tag`. Connections that do
      * not prove the secret, or announce something unexpected, are closed and
      * ignored; connections from other ranks/tags arriving meanwhile are kept
-     * for later accept calls. Blocks until done or the deadline. */
+     * for later accept calls. Blocks until done or the deadline; a deadline
+     * already passed only looks, and leaves a connection still being set
+     * up for a later call. */
     rcc_result_t (*accept)(rcci_listener_t *listener, int peer_rank, uint32_t tag,
                            int64_t deadline_ns, rcci_conn_t **conn);
     void (*close_listener)(rcci_listener_t *listener);

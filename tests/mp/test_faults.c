@@ -342,10 +342,15 @@ static Suite *faults_suite(void)
     TCase *tc = tcase_create("faults");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, kill_random_rank, 0, 12);
-    tcase_add_loop_test(tc, stop_random_rank, 0, 4);
     tcase_add_loop_test(tc, root_dropped_in_bootstrap, 0, 9);
     tcase_add_loop_test(tc, failure_notice_both_ways, 0, 8);
     suite_add_tcase(s, tc);
+    /* Tagged: mp_faults_verbsim leaves these out (tests/meson.build says why). */
+    TCase *stops = tcase_create("stops");
+    tcase_set_tags(stops, "stop");
+    tcase_set_timeout(stops, 120);
+    tcase_add_loop_test(stops, stop_random_rank, 0, 4);
+    suite_add_tcase(s, stops);
     return s;
 }
 

@@ -568,8 +568,11 @@ static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, 
             res = rcci_ibh_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &h,
                                   ctx->env.secret, c->peer);
         rdma_ack_cm_event(ev);
-        if (res == RCC_SUCCESS && e == RCCI_IBC_EV_ESTABLISHED)
+        if (res == RCC_SUCCESS && e == RCCI_IBC_EV_ESTABLISHED) {
             res = verbs_take_hello(c, &h);
+            /* Errors from now on name the rank, not only its address. */
+            snprintf(c->peer, sizeof c->peer, "rank %d (%s)", (int)h.rank, text);
+        }
         if (res == RCC_SUCCESS)
             res = verbs_act(c, rcci_ibc_step(&c->state, e), &to, tag);
     }
