@@ -331,7 +331,8 @@ static void cm_event(vs_id_t *id, enum rdma_cm_event_type type, int status, vs_i
     e->ev.status = status;
     if (priv_len > VS_PRIV_MAX)
         priv_len = VS_PRIV_MAX;
-    memcpy(e->priv, priv, priv_len);
+    if (priv_len) /* priv may be NULL then */
+        memcpy(e->priv, priv, priv_len);
     e->ev.param.conn.private_data = e->priv;
     e->ev.param.conn.private_data_len = (uint8_t)priv_len;
     if (!ch->head)
@@ -806,7 +807,8 @@ static int vs_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_
                         .raddr = wr->wr.rdma.remote_addr,
                         .rkey = wr->wr.rdma.rkey,
                         .nsge = wr->num_sge};
-        memcpy(w->sge, wr->sg_list, sizeof *w->sge * (size_t)wr->num_sge);
+        if (wr->num_sge) /* sg_list may be NULL then */
+            memcpy(w->sge, wr->sg_list, sizeof *w->sge * (size_t)wr->num_sge);
         q->sq_n++;
         q->sq_slots++;
         if (q->qp.state == IBV_QPS_ERR)
@@ -833,7 +835,8 @@ static int vs_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_
         }
         vs_rwr_t *r = &q->rq[(q->rq_head + q->rq_n) % q->cap.max_recv_wr];
         *r = (vs_rwr_t){.wr_id = wr->wr_id, .nsge = wr->num_sge};
-        memcpy(r->sge, wr->sg_list, sizeof *r->sge * (size_t)wr->num_sge);
+        if (wr->num_sge)
+            memcpy(r->sge, wr->sg_list, sizeof *r->sge * (size_t)wr->num_sge);
         q->rq_n++;
         q->rq_slots++;
         if (q->qp.state == IBV_QPS_ERR)
@@ -1126,8 +1129,10 @@ static void conn_process(vs_conn_t *c)
             break;
         off += sizeof h + h.len;
     }
-    memmove(c->in, c->in + off, c->in_len - off);
-    c->in_len -= off;
+    if (off) { /* c->in may be NULL when nothing was read */
+        memmove(c->in, c->in + off, c->in_len - off);
+        c->in_len -= off;
+    }
 }
 
 static void conn_flush(vs_conn_t *c)
