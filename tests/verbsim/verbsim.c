@@ -166,6 +166,7 @@ struct vs_qp {
 enum {
     C_CONNECTING, /* active: TCP connect in progress */
     C_REQ_SENT,
+    C_REP_RECEIVED, /* active: ESTABLISHED queued; the RTU goes when the caller takes it */
     C_AWAIT_REQ,    /* passive: accepted, REQ not yet here */
     C_REQ_RECEIVED, /* passive: CONNECT_REQUEST delivered */
     C_REP_SENT,
@@ -912,6 +913,7 @@ static void conn_lost(vs_conn_t *c)
     switch (was) {
     case C_CONNECTING: cm_event(c->id, RDMA_CM_EVENT_REJECTED, 8, NULL, NULL, 0); break;
     case C_REQ_SENT: cm_event(c->id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT, NULL, NULL, 0); break;
+    case C_REP_RECEIVED: cm_event(c->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, NULL, 0); break;
     case C_REQ_RECEIVED:
     case C_REP_SENT: cm_event(c->id, RDMA_CM_EVENT_CONNECT_ERROR, -ETIMEDOUT, NULL, NULL, 0); break;
     case C_ESTABLISHED: cm_event(c->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, NULL, 0); break;
@@ -1052,10 +1054,10 @@ static int handle_msg(vs_conn_t *c, const vs_hdr_t *h, const char *payload)
     case M_REP:
         if (c->state != C_REQ_SENT || !c->id)
             break;
-        c->state = C_ESTABLISHED;
-        if (q)
-            q->qp.state = IBV_QPS_RTS;
-        send_msg(c, M_RTU, 0, NULL, 0);
+        /* librdmacm answers the REP (QP to RTR and RTS, then the RTU) only
+         * when the application takes this event: rdma_get_cm_event. A rank
+         * that does not poll its channel keeps its peer waiting. */
+        c->state = C_REP_RECEIVED;
         cm_event(c->id, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, payload, h->len);
         return 1;
     case M_RTU:
@@ -1725,7 +1727,18 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
         ch->tail = NULL;
         fd_clear(ch->ch.fd);
     }
-    ((vs_id_t *)e->ev.id)->unacked++;
+    vs_id_t *id = (vs_id_t *)e->ev.id;
+    id->unacked++;
+    vs_conn_t *c = id->conn;
+    if (e->ev.event == RDMA_CM_EVENT_ESTABLISHED && c && c->state == C_REP_RECEIVED) {
+        c->state = C_ESTABLISHED;
+        if (id->id.qp)
+            ((vs_qp_t *)id->id.qp)->qp.state = IBV_QPS_RTS;
+        send_msg(c, M_RTU, 0, NULL, 0);
+        vs_kick();
+    } else if (e->ev.event == RDMA_CM_EVENT_ESTABLISHED && id->id.qp && c && c->state == C_DEAD) {
+        ((vs_qp_t *)id->id.qp)->qp.state = IBV_QPS_RTS; /* its sends fail: nobody answers */
+    }
     vs_unlock();
     *event = &e->ev;
     return 0;
