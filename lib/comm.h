@@ -384,6 +384,11 @@ void rcci_p2p_notify(struct rcc_comm *comm, rcc_result_t res, const char *text);
  * hundred ms): the progress thread calls it whatever it is doing, so a rank
  * that makes no new connection for a long time still closes them. */
 void rcci_p2p_sweep_listener(struct rcc_comm *comm);
+/* The same at once, when the listener's descriptor (below) said a peer's
+ * connect waits for this rank to take it. */
+void rcci_p2p_sweep_listener_now(struct rcc_comm *comm);
+/* The transport's listener_fd: -1 where connects complete by themselves. */
+int rcci_p2p_listener_fd(const struct rcc_comm *comm);
 /* Algorithms made of rounds of messages on the collectives' lane (one
  * two-way connection per pair of ranks), run by the point-to-point executor
  * (rcci_p2p_advance/finish). `next` is called once at the start and again

@@ -140,11 +140,14 @@ static void progress_sleep(struct rcc_comm *comm, int ms)
 {
     struct epoll_event ev[16];
     int n = epoll_wait(comm->epoll_fd, ev, 16, ms);
+    int lfd = rcci_p2p_listener_fd(comm);
     for (int i = 0; i < n; i++) {
         if (ev[i].data.fd == comm->wake_fd) {
             uint64_t v;
             ssize_t r = read(comm->wake_fd, &v, sizeof v);
             (void)r;
+        } else if (lfd >= 0 && ev[i].data.fd == lfd) {
+            rcci_p2p_sweep_listener_now(comm);
         }
     }
 }
@@ -186,15 +189,22 @@ static void spin_record(struct rcc_comm *comm, int polled, int hit)
 /* Sleeps on the eventfd alone: while the progress thread has nothing to
  * run, traffic on the connections (a caller driving them inline) must not
  * wake it. Edges it misses are harmless: it advances everything it admits
- * before it waits on the connections again. */
+ * before it waits on the connections again. And on the listener where a
+ * transport needs this side to take a peer's connect (ibverbs), so that
+ * an idle rank does not keep its peer waiting for the next round. */
 static void progress_idle_sleep(struct rcc_comm *comm, int ms)
 {
-    struct pollfd pfd = {.fd = comm->wake_fd, .events = POLLIN};
-    if (poll(&pfd, 1, ms) > 0) {
+    struct pollfd pfd[2] = {{.fd = comm->wake_fd, .events = POLLIN},
+                            {.fd = rcci_p2p_listener_fd(comm), .events = POLLIN}};
+    if (poll(pfd, 2, ms) <= 0)
+        return;
+    if (pfd[0].revents) {
         uint64_t v;
         ssize_t r = read(comm->wake_fd, &v, sizeof v);
         (void)r;
     }
+    if (pfd[1].revents)
+        rcci_p2p_sweep_listener_now(comm);
 }
 
 /* Point-to-point operations have their own executor; the rest are schedules. */
@@ -622,6 +632,8 @@ rcc_result_t rcci_progress_start(struct rcc_comm *comm)
     rcc_result_t res = rcci_progress_watch(comm, comm->wake_fd);
     if (res == RCC_SUCCESS)
         res = rcci_ring_watch(comm);
+    if (res == RCC_SUCCESS) /* busy, it takes a peer's connect as soon, too */
+        res = rcci_progress_watch(comm, rcci_p2p_listener_fd(comm));
     if (res != RCC_SUCCESS)
         return res;
     int rc = pthread_create(&comm->progress, NULL, progress_main, comm);

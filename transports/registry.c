@@ -35,6 +35,12 @@ static rcc_result_t no_inplace(void)
     return rcci_error(RCC_ERR_UNSUPPORTED, "this transport moves no message in place");
 }
 
+int rcci_transport_no_listener_fd(rcci_listener_t *listener)
+{
+    (void)listener;
+    return -1;
+}
+
 size_t rcci_transport_no_inplace_bytes(rcci_conn_t *conn, int send)
 {
     (void)conn, (void)send;

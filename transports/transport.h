@@ -29,8 +29,9 @@
 /* 3: isend/irecv take a tag (seq + the operation's signature); peek,
  * notify, announce and sweep_listener appended. 4: the in-place calls
  * (inplace_bytes, irecv_inplace, release, reserve_send, commit_send)
- * appended. Pre-release: no transport outside this tree yet. */
-#define RCCI_TRANSPORT_ABI 4
+ * appended. 5: listener_fd appended. Pre-release: no transport outside
+ * this tree yet. */
+#define RCCI_TRANSPORT_ABI 5
 
 /* Connection handles (listen addresses, memory keys) travel through the
  * bootstrap as opaque blobs of at most this size. */
@@ -260,6 +261,14 @@ typedef struct rcci_transport {
      * that both ends agree). */
     rcc_result_t (*commit_send)(rcci_conn_t *conn, size_t bytes, const rcci_tag_t *tag,
                                 void *stream, uint32_t flags, rcci_request_t **req);
+
+    /* -- version 5 -- */
+    /* A descriptor that turns readable when the listener holds something a
+     * peer's connect waits for this side to take (sweep_listener takes it),
+     * so that an idle engine wakes for it; -1 where connects complete
+     * without this side (TCP: the kernel's backlog). ibverbs: rdma_cm's
+     * channel, whose connect requests are accepted when swept. */
+    int (*listener_fd)(rcci_listener_t *listener);
 } rcci_transport_t;
 
 /* Transports built into this library, in priority order, NULL-terminated. */
@@ -272,6 +281,8 @@ extern const rcci_transport_t *const rcci_transports[];
 rcc_result_t rcci_transport_unsupported_write(rcci_conn_t *conn, const void *buf, size_t bytes,
                                               rcci_mr_t *mr, const void *remote_key,
                                               uint64_t remote_offset, rcci_request_t **req);
+/* listener_fd of a transport whose connects complete by themselves. */
+int rcci_transport_no_listener_fd(rcci_listener_t *listener);
 /* The in-place calls of a transport without them. */
 #define RCCI_TRANSPORT_NO_INPLACE                                                                  \
     .inplace_bytes = rcci_transport_no_inplace_bytes,                                              \

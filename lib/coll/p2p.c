@@ -441,3 +441,15 @@ void rcci_p2p_sweep_listener(struct rcc_comm *comm)
     p->swept_ns = now;
     p->tr->sweep_listener(p->listener);
 }
+
+void rcci_p2p_sweep_listener_now(struct rcc_comm *comm)
+{
+    comm->p2p.swept_ns = 0;
+    rcci_p2p_sweep_listener(comm);
+}
+
+int rcci_p2p_listener_fd(const struct rcc_comm *comm)
+{
+    const rcci_p2p_links_t *p = &comm->p2p;
+    return p->listener ? p->tr->listener_fd(p->listener) : -1;
+}

@@ -736,6 +736,10 @@ static void verbs_sweep_listener(rcci_listener_t *l)
     pthread_mutex_unlock(&l->lock);
 }
 
+/* Readable while connect requests wait on the listener's channel: taking
+ * them (sweep) drains it, so an idle engine waking on it does not spin. */
+static int verbs_listener_fd(rcci_listener_t *l) { return l->ch->fd; }
+
 static void verbs_sweep_ctx(verbs_ctx_t *ctx)
 {
     pthread_mutex_lock(&ctx->listeners_lock);
@@ -1243,4 +1247,5 @@ const rcci_transport_t rcci_transport_ibverbs = {
     .notify = verbs_notify,
     .announce = verbs_announce,
     .sweep_listener = verbs_sweep_listener,
+    .listener_fd = verbs_listener_fd,
 };

@@ -593,4 +593,5 @@ const rcci_transport_t rcci_transport_tcp = {
     .notify = tcp_notify,
     .announce = tcp_announce,
     .sweep_listener = tcp_sweep_listener,
+    .listener_fd = rcci_transport_no_listener_fd,
 };
