@@ -243,6 +243,56 @@ static int connect_rank(int rank, int nranks, void *arg)
 START_TEST(connect_both_ways) { ck_assert_int_eq(conf_run(connect_rank), 0); }
 END_TEST
 
+/* ibverbs only: ends whose slot geometries differ (RCC_IB_SLOTS) cannot
+ * talk. The accepting end refuses with the reason, and both fail at once
+ * naming the parameter, not by the deadline. Other transports have no
+ * such parameter. */
+static int geometry_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    if (strcmp(tr->name, "ibverbs") != 0)
+        return 0;
+    if (rank == 1)
+        setenv("RCC_IB_SLOTS", "4", 1); /* before the parameters are first read */
+    conf_shared_t *s = conf_shared();
+    rcci_transport_env_t env = conf_env(rank);
+    int64_t t0 = rcci_now_ns(), deadline = t0 + CONF_WAIT_NS;
+    void *ctx;
+    rcci_listener_t *l = NULL;
+    rcci_conn_t *c = NULL;
+    if (tr->init(&env, &ctx) != RCC_SUCCESS)
+        MP_FAIL("init: %s", rcci_tls_error());
+    rcc_result_t res;
+    if (rank == 0) {
+        uint8_t handle[RCCI_HANDLE_BYTES];
+        if (tr->listen(ctx, handle, &l) != RCC_SUCCESS)
+            MP_FAIL("listen: %s", rcci_tls_error());
+        memcpy(s->handle, handle, sizeof handle);
+        __atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
+        res = tr->accept(l, 1, 0, deadline, &c);
+    } else {
+        while (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != 1) {
+            if (rcci_now_ns() > deadline)
+                MP_FAIL("rank 0 never listened");
+            usleep(1000);
+        }
+        res = tr->connect(ctx, s->handle, 0, deadline, &c);
+    }
+    double took = (rcci_now_ns() - t0) / 1e9;
+    if (res == RCC_SUCCESS || !strstr(rcci_tls_error(), "RCC_IB_SLOTS") || took > 5)
+        MP_FAIL("%s with 8 and 4 slots: %s after %.1f s: %s", rank ? "connect" : "accept",
+                rcc_strerror(res), took, rcci_tls_error());
+    if (c)
+        tr->close(c);
+    if (l)
+        tr->close_listener(l);
+    tr->fini(ctx);
+    return 0;
+}
+
+START_TEST(refusal_says_why) { ck_assert_int_eq(conf_run(geometry_rank), 0); }
+END_TEST
+
 /* ---- sizes ---- */
 
 static const size_t sizes[] = {0,       1,     2,      3,      7,       47,
@@ -890,6 +940,7 @@ static Suite *conformance_suite(void)
     TCase *tc = tcase_create("conformance");
     tcase_set_timeout(tc, 3 * CONF_TIMEOUT_S);
     tcase_add_test(tc, connect_both_ways);
+    tcase_add_test(tc, refusal_says_why);
     tcase_add_test(tc, many_sizes);
     tcase_add_test(tc, out_of_order_completion);
     tcase_add_test(tc, flow_control_under_pressure);

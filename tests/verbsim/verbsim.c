@@ -181,6 +181,7 @@ struct vs_conn {
     vs_id_t *id;       /* NULL once the id is destroyed */
     vs_id_t *listener; /* passive, before REQ */
     int closing;       /* close the socket once the output went */
+    int eof;           /* the peer's end closed: lost after the input is handled */
     uint8_t priv[VS_PRIV_MAX];
     uint8_t priv_len;
     char *out;
@@ -1114,7 +1115,7 @@ static void conn_read(vs_conn_t *c)
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return;
-        conn_lost(c); /* EOF or error */
+        c->eof = 1; /* EOF or error: lost once what came before it is handled */
         return;
     }
 }
@@ -1200,9 +1201,11 @@ static void vs_pump(void)
     for (vs_conn_t *c = vs.conns; c; c = c->next) {
         if (c->fd >= 0 && c->state == C_CONNECTING)
             conn_check_connect(c);
-        if (c->fd >= 0)
+        if (c->fd >= 0 && !c->eof)
             conn_read(c);
         conn_process(c);
+        if (c->eof && c->fd >= 0)
+            conn_lost(c);
         vs_qp_t *q = conn_qp(c);
         if (q && (c->state == C_ESTABLISHED || c->state == C_DISCONNECTED || c->state == C_DEAD))
             qp_transmit(c, q);
@@ -1386,6 +1389,7 @@ int rdma_destroy_id(struct rdma_cm_id *cmid)
             send_msg(c, M_REJ, 0, NULL, 0);
         c->closing = 1;
         c->id = NULL;
+        conn_flush(c);
     }
     for (vs_id_t **p = &vs.ids; *p; p = &(*p)->next)
         if (*p == id) {
@@ -1637,6 +1641,7 @@ int rdma_reject(struct rdma_cm_id *cmid, const void *private_data, uint8_t priva
         send_msg(c, M_REJ, 0, private_data, private_data_len);
         c->state = C_DEAD;
         c->closing = 1;
+        conn_flush(c); /* the kernel sends it: it survives the process's exit */
     }
     vs_kick();
     vs_unlock();
@@ -1660,6 +1665,7 @@ int rdma_disconnect(struct rdma_cm_id *cmid)
         qp_error(q, IBV_WC_WR_FLUSH_ERR);
     if (c->state == C_ESTABLISHED)
         send_msg(c, M_DREQ, 0, NULL, 0);
+    conn_flush(c); /* what the adapter had, and the DREQ, as the kernel would */
     c->state = C_DISCONNECTED;
     cm_event(id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, NULL, 0);
     vs_kick();

@@ -54,6 +54,7 @@
 #define IBV_MR_CACHE 64
 #define IBV_PENDING_MAX 64 /* valid connect requests held for later accepts */
 #define IBV_SWEEP_NS 5000000ll /* connect's wait: how often it accepts for its listeners */
+#define RCCI_IBV_REJECT_TEXT 148 /* rdma_cm's most private data in a reject (IB) */
 #define IBV_WR_RECV 0u     /* wr_id of a receive */
 #define IBV_WR_WRITE 1u    /* wr_id of a data write */
 #define IBV_WR_CONTROL 2u  /* wr_id of a credit or close */
@@ -82,10 +83,14 @@ typedef struct {
 } verbs_ctx_t;
 
 /* A connect request accepted at once (rdma_accept sent), waiting for the
- * accept call that asks for its rank and tag. */
+ * accept call that asks for its rank and tag; or, conn NULL, one that could
+ * not be accepted, kept so that this call fails with the reason (slot
+ * geometries that differ, say) rather than by its timeout. */
 typedef struct {
     rcci_conn_t *conn;
     rcci_ibh_t hello;
+    rcc_result_t refused;
+    char why[RCCI_ERR_TEXT_BYTES];
 } verbs_pending_t;
 
 struct rcci_listener {
@@ -527,6 +532,18 @@ static rcc_result_t verbs_act(rcci_conn_t *c, rcci_ibc_action_t act, const rcci_
 
 static void verbs_sweep_ctx(verbs_ctx_t *ctx);
 
+/* The reason a peer gave with its reject (verbs_accept_start), printable. */
+static void verbs_refusal(const struct rdma_cm_event *ev, char *out, size_t size)
+{
+    size_t n = ev->param.conn.private_data_len < size - 1 ? ev->param.conn.private_data_len
+                                                          : size - 1;
+    memcpy(out, ev->param.conn.private_data, n);
+    out[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)out[i] < 0x20 || (unsigned char)out[i] > 0x7e)
+            out[i] = '?';
+}
+
 static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, int64_t deadline_ns,
                                   rcci_conn_t **out)
 {
@@ -535,7 +552,7 @@ static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, 
     rcc_result_t res = rcci_addr_from_wire(handle, &to);
     if (res != RCC_SUCCESS)
         return res;
-    char text[80];
+    char text[80], refused[RCCI_IBV_REJECT_TEXT + 1] = "";
     rcci_addr_format(&to, text, sizeof text);
     rcci_conn_t *c;
     IBV_TRY(verbs_conn_new(ctx, text, &c));
@@ -567,7 +584,13 @@ static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, 
         if (e == RCCI_IBC_EV_ESTABLISHED)
             res = rcci_ibh_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &h,
                                   ctx->env.secret, c->peer);
+        if (e == RCCI_IBC_EV_REJECTED && ev->param.conn.private_data_len > 0)
+            verbs_refusal(ev, refused, sizeof refused);
         rdma_ack_cm_event(ev);
+        if (refused[0]) {
+            res = rcci_error(RCC_ERR_REMOTE, "%s refused the connection: %s", c->peer, refused);
+            break;
+        }
         if (res == RCC_SUCCESS && e == RCCI_IBC_EV_ESTABLISHED) {
             res = verbs_take_hello(c, &h);
             /* Errors from now on name the rank, not only its address. */
@@ -586,13 +609,15 @@ static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, 
 /* Drops held connection i (its peer asked again, or the listener closes). */
 static void verbs_drop_pending(rcci_listener_t *l, int i)
 {
-    verbs_conn_free(l->pending[i].conn);
+    if (l->pending[i].conn)
+        verbs_conn_free(l->pending[i].conn);
     l->pending[i] = l->pending[--l->npending];
 }
 
 /* Accepts the request on `id` (its hello `h`) at once: its own channel,
- * slots and QP, and rdma_accept. Its ESTABLISHED is awaited by the accept
- * call that asks for it (verbs_accept_finish). */
+ * slots and QP, and rdma_accept. Its ESTABLISHED is taken by the accept
+ * call that asks for it (verbs_accept_progress). A request that cannot be
+ * accepted is rejected, so that the peer learns at once. */
 static rcc_result_t verbs_accept_start(rcci_listener_t *l, struct rdma_cm_id *id,
                                        const rcci_ibh_t *h, rcci_conn_t **out)
 {
@@ -606,11 +631,8 @@ static rcc_result_t verbs_accept_start(rcci_listener_t *l, struct rdma_cm_id *id
         return res;
     }
     c->id = id;
-    if (rdma_migrate_id(c->id, c->cm_ch)) {
-        int err = errno;
-        rdma_reject(c->id, NULL, 0); /* the peer learns at once, not by its timeout */
-        RCC_FAIL(RCC_ERR_SYSTEM, "rdma_migrate_id: %s", strerror(err));
-    }
+    if (rdma_migrate_id(c->id, c->cm_ch))
+        RCC_FAIL(RCC_ERR_SYSTEM, "rdma_migrate_id: %s", strerror(errno));
     c->id->context = c;
     RCC_CHECK(verbs_take_hello(c, h));
     RCC_CHECK(verbs_make_qp(c));
@@ -624,13 +646,17 @@ static rcc_result_t verbs_accept_start(rcci_listener_t *l, struct rdma_cm_id *id
     *out = c;
     c = NULL;
 out:
-    if (c)
+    if (c) { /* the reason goes with the reject: the peer's connect fails with it */
+        const char *why = rcci_tls_error();
+        size_t n = strlen(why);
+        rdma_reject(c->id, why, (uint8_t)(n < RCCI_IBV_REJECT_TEXT ? n : RCCI_IBV_REJECT_TEXT));
         verbs_conn_free(c);
+    }
     return res;
 }
 
 /* Takes connect requests off the listener without blocking: strangers are
- * rejected, valid ones accepted and held for accept. */
+ * rejected, valid ones accepted (or their reason kept) for accept. */
 static void verbs_take_requests(rcci_listener_t *l)
 {
     struct rdma_cm_event *ev;
@@ -665,10 +691,15 @@ static void verbs_take_requests(rcci_listener_t *l)
             continue;
         }
         rcci_conn_t *c = NULL;
-        if (verbs_accept_start(l, id, &h, &c) == RCC_SUCCESS)
-            l->pending[l->npending++] = (verbs_pending_t){c, h};
-        else
-            RCC_INFO("ibverbs: cannot accept rank %d: %s", (int)h.rank, rcci_tls_error());
+        verbs_pending_t *p = &l->pending[l->npending++];
+        *p = (verbs_pending_t){.hello = h};
+        p->refused = verbs_accept_start(l, id, &h, &c);
+        if (p->refused == RCC_SUCCESS) {
+            p->conn = c;
+        } else {
+            snprintf(p->why, sizeof p->why, "%s", rcci_tls_error());
+            RCC_INFO("ibverbs: cannot accept rank %d: %s", (int)h.rank, p->why);
+        }
     }
 }
 
@@ -701,6 +732,11 @@ static rcc_result_t verbs_accept(rcci_listener_t *l, int peer_rank, uint32_t tag
         for (int i = 0; i < l->npending && !held; i++) {
             if (l->pending[i].hello.rank != peer_rank || l->pending[i].hello.tag != tag)
                 continue;
+            if (!l->pending[i].conn) { /* refused: the reason, once */
+                res = rcci_error(l->pending[i].refused, "%s", l->pending[i].why);
+                l->pending[i] = l->pending[--l->npending];
+                goto out;
+            }
             held = l->pending[i].conn;
             res = verbs_accept_progress(held);
             if (res != RCC_SUCCESS || held->state.state == RCCI_IBC_READY) {
