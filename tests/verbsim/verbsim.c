@@ -318,6 +318,44 @@ static int vs_wait_readable(int fd)
     return 1;
 }
 
+/* Appends `e` to the channel's queue; the fd turns readable with the first. */
+static void ch_push(vs_cmch_t *ch, vs_event_t *e)
+{
+    e->next = NULL;
+    if (!ch->head)
+        fd_signal(ch->ch.fd);
+    if (ch->tail)
+        ch->tail->next = e;
+    else
+        ch->head = e;
+    ch->tail = e;
+}
+
+/* Takes the undelivered events of `id` out of the channel's queue, in
+ * order; the fd turns unreadable when none is left. */
+static vs_event_t *ch_take(vs_cmch_t *ch, const struct rdma_cm_id *id)
+{
+    vs_event_t *taken = NULL, **tail = &taken;
+    int had = ch->head != NULL;
+    vs_event_t **p = &ch->head;
+    ch->tail = NULL;
+    while (*p) {
+        if ((*p)->ev.id == id) {
+            vs_event_t *e = *p;
+            *p = e->next;
+            e->next = NULL;
+            *tail = e;
+            tail = &e->next;
+        } else {
+            ch->tail = *p;
+            p = &(*p)->next;
+        }
+    }
+    if (had && !ch->head)
+        fd_clear(ch->ch.fd);
+    return taken;
+}
+
 static void cm_event(vs_id_t *id, enum rdma_cm_event_type type, int status, vs_id_t *listen_id,
                      const void *priv, size_t priv_len)
 {
@@ -337,13 +375,7 @@ static void cm_event(vs_id_t *id, enum rdma_cm_event_type type, int status, vs_i
         memcpy(e->priv, priv, priv_len);
     e->ev.param.conn.private_data = e->priv;
     e->ev.param.conn.private_data_len = (uint8_t)priv_len;
-    if (!ch->head)
-        fd_signal(ch->ch.fd);
-    if (ch->tail)
-        ch->tail->next = e;
-    else
-        ch->head = e;
-    ch->tail = e;
+    ch_push(ch, e);
 }
 
 /* ---- completions ---- */
@@ -1316,22 +1348,10 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, v
 /* Drops the undelivered events of `id` from its channel. */
 static void id_drop_events(vs_id_t *id)
 {
-    vs_cmch_t *ch = (vs_cmch_t *)id->id.channel;
-    int had = ch->head != NULL;
-    vs_event_t **p = &ch->head;
-    ch->tail = NULL;
-    while (*p) {
-        if ((*p)->ev.id == &id->id) {
-            vs_event_t *e = *p;
-            *p = e->next;
-            free(e);
-        } else {
-            ch->tail = *p;
-            p = &(*p)->next;
-        }
+    for (vs_event_t *e = ch_take((vs_cmch_t *)id->id.channel, &id->id), *next; e; e = next) {
+        next = e->next;
+        free(e);
     }
-    if (had && !ch->head)
-        fd_clear(ch->ch.fd);
 }
 
 /* A listener's requests whose CONNECT_REQUEST nobody took go with it, as
@@ -1675,43 +1695,17 @@ int rdma_disconnect(struct rdma_cm_id *cmid)
 
 int rdma_migrate_id(struct rdma_cm_id *cmid, struct rdma_event_channel *channel)
 {
-    vs_id_t *id = (vs_id_t *)cmid;
     vs_lock();
     vs_cmch_t *from = (vs_cmch_t *)cmid->channel, *to = (vs_cmch_t *)channel;
     /* Undelivered events move with the id, as the kernel moves them. */
-    vs_event_t *moved = NULL, **tail = &moved;
-    int had = from->head != NULL;
-    vs_event_t **p = &from->head;
-    from->tail = NULL;
-    while (*p) {
-        if ((*p)->ev.id == cmid) {
-            vs_event_t *e = *p;
-            *p = e->next;
-            e->next = NULL;
-            *tail = e;
-            tail = &e->next;
-        } else {
-            from->tail = *p;
-            p = &(*p)->next;
-        }
-    }
-    if (had && !from->head)
-        fd_clear(from->ch.fd);
+    vs_event_t *moved = ch_take(from, cmid);
     from->nids--;
     to->nids++;
     cmid->channel = channel;
     for (vs_event_t *e = moved, *next; e; e = next) {
         next = e->next;
-        e->next = NULL;
-        if (!to->head)
-            fd_signal(to->ch.fd);
-        if (to->tail)
-            to->tail->next = e;
-        else
-            to->head = e;
-        to->tail = e;
+        ch_push(to, e);
     }
-    (void)id;
     vs_unlock();
     return 0;
 }

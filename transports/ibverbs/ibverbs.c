@@ -54,7 +54,7 @@
 #define IBV_MR_CACHE 64
 #define IBV_PENDING_MAX 64 /* valid connect requests held for later accepts */
 #define IBV_SWEEP_NS 5000000ll /* connect's wait: how often it accepts for its listeners */
-#define RCCI_IBV_REJECT_TEXT 148 /* rdma_cm's most private data in a reject (IB) */
+#define IBV_REJECT_TEXT 148 /* rdma_cm's most private data in a reject (IB) */
 #define IBV_WR_RECV 0u     /* wr_id of a receive */
 #define IBV_WR_WRITE 1u    /* wr_id of a data write */
 #define IBV_WR_CONTROL 2u  /* wr_id of a credit or close */
@@ -538,10 +538,7 @@ static void verbs_refusal(const struct rdma_cm_event *ev, char *out, size_t size
     size_t n = ev->param.conn.private_data_len < size - 1 ? ev->param.conn.private_data_len
                                                           : size - 1;
     memcpy(out, ev->param.conn.private_data, n);
-    out[n] = '\0';
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)out[i] < 0x20 || (unsigned char)out[i] > 0x7e)
-            out[i] = '?';
+    rcci_wire_printable(out, n);
 }
 
 static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, int64_t deadline_ns,
@@ -552,7 +549,7 @@ static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, 
     rcc_result_t res = rcci_addr_from_wire(handle, &to);
     if (res != RCC_SUCCESS)
         return res;
-    char text[80], refused[RCCI_IBV_REJECT_TEXT + 1] = "";
+    char text[80], refused[IBV_REJECT_TEXT + 1] = "";
     rcci_addr_format(&to, text, sizeof text);
     rcci_conn_t *c;
     IBV_TRY(verbs_conn_new(ctx, text, &c));
@@ -614,6 +611,15 @@ static void verbs_drop_pending(rcci_listener_t *l, int i)
     l->pending[i] = l->pending[--l->npending];
 }
 
+/* Rejects the request on `id` with this thread's error text as the reason:
+ * the peer's connect fails with it (verbs_refusal). */
+static void verbs_reject_why(struct rdma_cm_id *id)
+{
+    const char *why = rcci_tls_error();
+    size_t n = strlen(why);
+    rdma_reject(id, why, (uint8_t)(n < IBV_REJECT_TEXT ? n : IBV_REJECT_TEXT));
+}
+
 /* Accepts the request on `id` (its hello `h`) at once: its own channel,
  * slots and QP, and rdma_accept. Its ESTABLISHED is taken by the accept
  * call that asks for it (verbs_accept_progress). A request that cannot be
@@ -626,7 +632,7 @@ static rcc_result_t verbs_accept_start(rcci_listener_t *l, struct rdma_cm_id *id
     rcci_conn_t *c;
     rcc_result_t res = verbs_conn_new(l->ctx, text, &c);
     if (res != RCC_SUCCESS) {
-        rdma_reject(id, NULL, 0);
+        verbs_reject_why(id);
         rdma_destroy_id(id);
         return res;
     }
@@ -646,10 +652,8 @@ static rcc_result_t verbs_accept_start(rcci_listener_t *l, struct rdma_cm_id *id
     *out = c;
     c = NULL;
 out:
-    if (c) { /* the reason goes with the reject: the peer's connect fails with it */
-        const char *why = rcci_tls_error();
-        size_t n = strlen(why);
-        rdma_reject(c->id, why, (uint8_t)(n < RCCI_IBV_REJECT_TEXT ? n : RCCI_IBV_REJECT_TEXT));
+    if (c) {
+        verbs_reject_why(c->id);
         verbs_conn_free(c);
     }
     return res;
@@ -902,10 +906,7 @@ static rcc_result_t verbs_take_notice(rcci_conn_t *c, const rcci_wire_frame_t *f
     char text[RCCI_WIRE_NOTICE_MAX + 1];
     size_t n = (size_t)f->length;
     memcpy(text, slot + RCCI_WIRE_HEADER_BYTES, n);
-    text[n] = '\0';
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
-            text[i] = '?';
+    rcci_wire_printable(text, n);
     c->failed_by_notice = 1;
     if (f->notice_res == RCC_SUCCESS) { /* it left: whatever needs it now has lost it */
         c->goodbye = 1;

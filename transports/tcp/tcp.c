@@ -334,10 +334,7 @@ static rcc_result_t tcp_take_notice(rcci_conn_t *c, const rcci_wire_frame_t *f,
             break;
         got += (size_t)k;
     }
-    text[got] = '\0';
-    for (size_t i = 0; i < got; i++) /* the peer's text, shown as is: printable only */
-        if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
-            text[i] = '?';
+    rcci_wire_printable(text, got);
     c->failed_by_notice = 1;
     if (f->notice_res == RCC_SUCCESS) { /* it left: whatever needs it now has lost it */
         c->goodbye = 1;

@@ -122,3 +122,11 @@ rcc_result_t rcci_wire_match(const rcci_wire_frame_t *frame, const rcci_tag_t *e
                           (unsigned long long)expect_length, frame->tag.seq);
     return RCC_SUCCESS;
 }
+
+void rcci_wire_printable(char *text, size_t n)
+{
+    text[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
+            text[i] = '?';
+}

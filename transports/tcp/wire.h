@@ -50,6 +50,10 @@ void rcci_wire_set_crc(uint8_t header[RCCI_WIRE_HEADER_BYTES], uint32_t crc);
 
 /* The header of an announcement of `tag`. */
 void rcci_wire_encode_announce(uint8_t out[RCCI_WIRE_HEADER_BYTES], const rcci_tag_t *tag);
+/* A peer's text of `n` bytes (a notice's, a reject's), shown as is but
+ * printable only: ends it at text[n] and turns every byte outside ASCII
+ * 0x20-0x7e into '?'. */
+void rcci_wire_printable(char *text, size_t n);
 
 /* Decodes a header. RCC_ERR_REMOTE, naming `peer`, when it is not one:
  * wrong magic, version or header size, unknown flags, a nonzero reserved
