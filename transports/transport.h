@@ -14,8 +14,9 @@
  * init, its progress thread afterwards), except sweep_listener. Transports
  * keep no global mutable state except inside init/fini.
  *
- * Blocking: only connect/accept block, and never past their deadline. isend,
- * irecv and test never block; they do as much I/O as the OS accepts now.
+ * Blocking: only connect, accept and connect_start (where it is connect
+ * itself) block, and never past their deadline. isend, irecv and test never
+ * block; they do as much I/O as the OS accepts now.
  */
 #ifndef RINGCC_TRANSPORT_H
 #define RINGCC_TRANSPORT_H
@@ -29,9 +30,9 @@
 /* 3: isend/irecv take a tag (seq + the operation's signature); peek,
  * notify, announce and sweep_listener appended. 4: the in-place calls
  * (inplace_bytes, irecv_inplace, release, reserve_send, commit_send)
- * appended. 5: listener_fd appended. Pre-release: no transport outside
- * this tree yet. */
-#define RCCI_TRANSPORT_ABI 5
+ * appended. 5: listener_fd appended. 6: connect_start appended.
+ * Pre-release: no transport outside this tree yet. */
+#define RCCI_TRANSPORT_ABI 6
 
 /* Connection handles (listen addresses, memory keys) travel through the
  * bootstrap as opaque blobs of at most this size. */
@@ -269,6 +270,20 @@ typedef struct rcci_transport {
      * without this side (TCP: the kernel's backlog). ibverbs: rdma_cm's
      * channel, whose connect requests are accepted when swept. */
     int (*listener_fd)(rcci_listener_t *listener);
+
+    /* -- version 6 -- */
+    /* connect for a thread that must not wait for the peer (the progress
+     * thread: it watches every operation's stall and deadline). Returns the
+     * connection once set-up has started, perhaps before the peer has
+     * answered: isend/irecv on it queue; test, probe and peek move the
+     * set-up on (wait_fd wakes for it) and fail the connection, as connect
+     * would have, when it fails or `deadline_ns` passes. ibverbs: a stopped
+     * peer never accepts, and connect would wait out its deadline. A
+     * transport whose connect completes without the peer (TCP: the kernel's
+     * backlog) passes connect itself; cudaipc does too, and waits for the
+     * peer's hello. */
+    rcc_result_t (*connect_start)(void *tctx, const void *handle, uint32_t tag,
+                                  int64_t deadline_ns, rcci_conn_t **conn);
 } rcci_transport_t;
 
 /* Transports built into this library, in priority order, NULL-terminated. */

@@ -154,8 +154,8 @@ static int rank_fault(int rank, int n, void *arg)
         if (res != RCC_ERR_TIMEOUT && res != RCC_ERR_PEER_LOST)
             MP_FAIL("rank %d: %s after a stop: %s", rank, rcc_result_name(res), area->text[rank]);
         if (delay > STOP_TIMEOUT_MS / 1000.0 + KILL_BOUND_S)
-            MP_FAIL("rank %d: failed %.2f s after the stop (timeout %d ms)", rank, delay,
-                    STOP_TIMEOUT_MS);
+            MP_FAIL("rank %d: failed %.2f s after the stop (timeout %d ms): %s", rank, delay,
+                    STOP_TIMEOUT_MS, area->text[rank]);
     }
     return 0;
 }
@@ -345,7 +345,7 @@ static Suite *faults_suite(void)
     tcase_add_loop_test(tc, root_dropped_in_bootstrap, 0, 9);
     tcase_add_loop_test(tc, failure_notice_both_ways, 0, 8);
     suite_add_tcase(s, tc);
-    /* Tagged: mp_faults_verbsim leaves these out (tests/meson.build says why). */
+    /* Tagged, so that CK_INCLUDE_TAGS=stop runs them alone. */
     TCase *stops = tcase_create("stops");
     tcase_set_tags(stops, "stop");
     tcase_set_timeout(stops, 120);

@@ -55,6 +55,7 @@ static const rcci_transport_t *tr;
 typedef struct {
     uint32_t ready;
     uint8_t handle[RCCI_HANDLE_BYTES];
+    pid_t pid; /* connect_start_to_stopped_peer: rank 0's */
 } conf_shared_t;
 
 static conf_shared_t *conf_shared(void)
@@ -598,6 +599,108 @@ START_TEST(peer_loss)
 }
 END_TEST
 
+/* ---- a stopped peer ---- */
+
+/* Whether process `pid` is stopped (state T in /proc/PID/stat). */
+static int conf_stopped(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int n = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    const char *end = n ? strrchr(line, ')') : NULL; /* the name may hold spaces */
+    return end && end[1] == ' ' && end[2] == 'T';
+}
+
+/* Rank 0 listens and is then stopped (SIGSTOP: a debugger, a job
+ * scheduler's suspend). Rank 1's connect_start returns at once and no test
+ * call waits: the engine's progress thread makes this call, and must go on
+ * watching its other work. A receive then fails by the set-up deadline
+ * (ibverbs: a stopped rank never accepts) or stays pending (TCP: the
+ * kernel's backlog completed the connection). cudaipc's connect_start
+ * waits for the peer's hello (transport.h), so it is not asked. */
+static int stopped_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    if (strcmp(tr->name, "cudaipc") == 0)
+        return 0;
+    conf_shared_t *s = conf_shared();
+    rcci_transport_env_t env = conf_env(rank);
+    void *ctx;
+    if (tr->init(&env, &ctx) != RCC_SUCCESS)
+        MP_FAIL("init: %s", rcci_tls_error());
+    if (rank == 0) {
+        uint8_t handle[RCCI_HANDLE_BYTES];
+        rcci_listener_t *l;
+        if (tr->listen(ctx, handle, &l) != RCC_SUCCESS)
+            MP_FAIL("listen: %s", rcci_tls_error());
+        memcpy(s->handle, handle, sizeof handle);
+        s->pid = getpid();
+        __atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
+        raise(SIGSTOP);
+        for (;;) /* rank 1 kills it */
+            pause();
+    }
+    int64_t t0 = rcci_now_ns();
+    while (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != 1 || !conf_stopped(s->pid)) {
+        if (rcci_now_ns() - t0 > CONF_WAIT_NS)
+            MP_FAIL("rank 0 never listened and stopped");
+        usleep(1000);
+    }
+    const int64_t setup_ns = 1500000000ll;
+    t0 = rcci_now_ns();
+    rcci_conn_t *c = NULL;
+    rcc_result_t res = tr->connect_start(ctx, s->handle, 0, t0 + setup_ns, &c);
+    double started = (rcci_now_ns() - t0) / 1e9;
+    if (res != RCC_SUCCESS || started > 0.5)
+        MP_FAIL("connect_start to a stopped peer: %s after %.2f s: %s", rcc_strerror(res), started,
+                res == RCC_SUCCESS ? "" : rcci_tls_error());
+    uint8_t buf[64];
+    rcci_tag_t tag = conf_tag(1);
+    rcci_request_t *r;
+    if (tr->irecv(c, buf, sizeof buf, &tag, NULL, &r) != RCC_SUCCESS)
+        MP_FAIL("irecv on a connection being set up: %s", rcci_tls_error());
+    double longest = 0;
+    int done = 0;
+    while (res == RCC_SUCCESS && !done && rcci_now_ns() - t0 < setup_ns + 1200000000ll) {
+        int64_t t = rcci_now_ns();
+        res = tr->test(r, &done);
+        double call = (rcci_now_ns() - t) / 1e9;
+        longest = call > longest ? call : longest;
+        struct pollfd p = {.fd = tr->wait_fd(c), .events = POLLIN};
+        poll(&p, p.fd >= 0, 10);
+    }
+    double took = (rcci_now_ns() - t0) / 1e9;
+    if (longest > 0.2)
+        MP_FAIL("a test call on the connection to a stopped peer took %.2f s", longest);
+    /* A connect_start that is connect itself connected without the peer;
+     * any other must have failed by the deadline. */
+    int connected = tr->connect_start == tr->connect;
+    if (done || (connected ? res != RCC_SUCCESS : res != RCC_ERR_TIMEOUT))
+        MP_FAIL("receive from a stopped peer: %s, %s after %.2f s: %s", rcc_strerror(res),
+                done ? "done" : "not done", took, res == RCC_SUCCESS ? "" : rcci_tls_error());
+    printf("%s: connect_start to a stopped peer returned in %.1f ms; the receive: %s after "
+           "%.2f s\n",
+           tr->name, started * 1e3, res == RCC_SUCCESS ? "still pending" : rcci_tls_error(), took);
+    kill(s->pid, SIGKILL);
+    tr->close(c);
+    tr->fini(ctx);
+    return 0;
+}
+
+START_TEST(connect_start_to_stopped_peer)
+{
+    int st[2];
+    conf_body = stopped_rank;
+    mp_run_status(2, conf_rank, NULL, CONF_TIMEOUT_S, st);
+    ck_assert_int_eq(st[1], 0);
+    ck_assert_int_eq(st[0] == 0 || st[0] == 128 + SIGKILL, 1);
+}
+END_TEST
+
 /* ---- teardown while busy ---- */
 
 /* Rank 0 closes its connection with sends and receives in flight (they are
@@ -949,6 +1052,7 @@ static Suite *conformance_suite(void)
     tcase_add_test(tc, failure_notice);
     tcase_add_test(tc, peek_and_announce);
     tcase_add_test(tc, peer_loss);
+    tcase_add_test(tc, connect_start_to_stopped_peer);
     tcase_add_test(tc, teardown_while_busy);
     tcase_add_test(tc, in_place_and_copied_alternate);
     tcase_add_test(tc, registered_buffers);

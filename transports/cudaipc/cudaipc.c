@@ -823,6 +823,7 @@ const rcci_transport_t rcci_transport_cudaipc = {
     .announce = cipc_announce,
     .sweep_listener = cipc_sweep_listener,
     .listener_fd = rcci_transport_no_listener_fd, /* its control connections are TCP's */
+    .connect_start = cipc_connect, /* waits for the peer's hello (slots to map) */
     .inplace_bytes = cipc_inplace_bytes,
     .irecv_inplace = cipc_irecv_inplace,
     .release = cipc_release,

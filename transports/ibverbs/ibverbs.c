@@ -17,6 +17,11 @@
  * ibv_reg_mr through nvidia-peermem), so a GPU's data goes from its memory
  * to the wire; receives always land in the host slots.
  *
+ * Set-up (connstate.h): connect_start returns once the address is being
+ * resolved; test, probe and peek take the connection's rdma_cm events from
+ * then on, up to ESTABLISHED or its deadline. connect does the same and
+ * waits, accepting for this context's listeners meanwhile.
+ *
  * The engine polls through test; while idle it sleeps on wait_fd, an epoll
  * set of the connection's completion channel (armed with ibv_req_notify_cq
  * whenever a poll found nothing) and its rdma_cm channel (disconnects).
@@ -64,6 +69,7 @@
  * peers rights on user and GPU memory they never need. */
 #define IBV_MR_ACCESS 0
 #define IBV_CLOSE_DRAIN_NS (1000ll * 1000000) /* for the adapter to send what close found posted */
+#define IBV_CLOSE_GRACE_NS (20ll * 1000000)   /* ... at least, for each close */
 
 /* Returns a failure at once (functions without a cleanup label). */
 #define IBV_TRY(expr)                                                                              \
@@ -80,6 +86,8 @@ typedef struct {
     rcci_ibp_geom_t geom;
     pthread_mutex_t listeners_lock;
     rcci_listener_t *listeners; /* connect keeps them moving while it waits */
+    int64_t drain_until_ns;     /* closes in a row share one drain window */
+    int64_t last_close_ns;      /* when the last close returned */
 } verbs_ctx_t;
 
 /* A connect request accepted at once (rdma_accept sent), waiting for the
@@ -141,6 +149,12 @@ struct rcci_conn {
     rcci_tag_t announce_tag;
     char peer[96];
     char self[16];
+    /* Active side (connect_start): where to, and set-up's own clock. */
+    rcci_addr_t to;
+    uint32_t tag;
+    char addr_text[80];
+    int64_t setup_deadline_ns;
+    int64_t retry_at_ns; /* the next attempt starts then; 0: none waits */
     rcci_req_fifo_t sends, recvs;
     rcci_req_fifo_t unfinished; /* zero-copy sends all posted, their writes not yet complete */
 };
@@ -192,23 +206,6 @@ static int verbs_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_even
         if ((*ev)->event != RDMA_CM_EVENT_ADDR_CHANGE)
             return 0;
         rdma_ack_cm_event(*ev);
-    }
-}
-
-/* Waits for the next rdma_cm event on `ch` until the deadline. */
-static rcc_result_t verbs_next_cm_event(struct rdma_event_channel *ch, int64_t deadline_ns,
-                                        struct rdma_cm_event **ev)
-{
-    for (;;) {
-        if (verbs_get_cm_event(ch, ev) == 0)
-            return RCC_SUCCESS;
-        if (errno != EAGAIN && errno != EINTR)
-            return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_get_cm_event");
-        struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-        int ms = rcci_ms_until(deadline_ns, 100);
-        if (ms == 0 && rcci_now_ns() >= deadline_ns)
-            return RCC_ERR_TIMEOUT;
-        poll(&p, 1, ms);
     }
 }
 
@@ -489,8 +486,7 @@ out:
 }
 
 /* Carries out a state machine action on the active side. */
-static rcc_result_t verbs_act(rcci_conn_t *c, rcci_ibc_action_t act, const rcci_addr_t *to,
-                              uint32_t tag)
+static rcc_result_t verbs_act(rcci_conn_t *c, rcci_ibc_action_t act)
 {
     rcci_addr_t src = {.len = c->ctx->env.local_addr_len};
     memcpy(&src.u, &c->ctx->env.local_addr, src.len);
@@ -498,17 +494,15 @@ static rcc_result_t verbs_act(rcci_conn_t *c, rcci_ibc_action_t act, const rcci_
     uint8_t hello[RCCI_IBH_BYTES];
     struct rdma_conn_param param;
     switch (act) {
-    case RCCI_IBC_DO_RETRY:
+    case RCCI_IBC_DO_RETRY: /* a new cm id after a pause: verbs_setup_step starts it */
         if (c->id->qp)
             rdma_destroy_qp(c->id);
         rdma_destroy_id(c->id);
         c->id = NULL;
-        nanosleep(&(struct timespec){0, IBV_RETRY_PAUSE_NS}, NULL);
-        if (rdma_create_id(c->cm_ch, &c->id, c, RDMA_PS_TCP))
-            return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_create_id");
-        /* fall through */
+        c->retry_at_ns = rcci_now_ns() + IBV_RETRY_PAUSE_NS;
+        return RCC_SUCCESS;
     case RCCI_IBC_DO_RESOLVE_ADDR:
-        if (rdma_resolve_addr(c->id, &src.u.sa, (struct sockaddr *)&to->u.sa, IBV_RESOLVE_MS))
+        if (rdma_resolve_addr(c->id, &src.u.sa, (struct sockaddr *)&c->to.u.sa, IBV_RESOLVE_MS))
             return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_resolve_addr %s", c->peer);
         return RCC_SUCCESS;
     case RCCI_IBC_DO_RESOLVE_ROUTE:
@@ -519,7 +513,7 @@ static rcc_result_t verbs_act(rcci_conn_t *c, rcci_ibc_action_t act, const rcci_
         rcc_result_t res = verbs_make_qp(c);
         if (res != RCC_SUCCESS)
             return res;
-        verbs_my_hello(c, tag, hello);
+        verbs_my_hello(c, c->tag, hello);
         param = verbs_conn_param(hello);
         if (rdma_connect(c->id, &param))
             return rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_connect %s", c->peer);
@@ -541,60 +535,118 @@ static void verbs_refusal(const struct rdma_cm_event *ev, char *out, size_t size
     rcci_wire_printable(out, n);
 }
 
-static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, int64_t deadline_ns,
-                                  rcci_conn_t **out)
+/* Whether an active connection is still being set up. */
+static int verbs_in_setup(const rcci_conn_t *c)
+{
+    rcci_ibc_state_t s = c->state.state;
+    return s == RCCI_IBC_ADDR || s == RCCI_IBC_ROUTE || s == RCCI_IBC_CONNECTING;
+}
+
+/* One rdma_cm event of an active connection's set-up, acknowledged here. */
+static rcc_result_t verbs_setup_event(rcci_conn_t *c, struct rdma_cm_event *ev)
+{
+    char refused[IBV_REJECT_TEXT + 1] = "";
+    rcci_ibc_event_t e = verbs_cm_event(ev->event);
+    rcci_ibh_t h;
+    rcc_result_t res = RCC_SUCCESS;
+    if (e == RCCI_IBC_EV_ESTABLISHED)
+        res = rcci_ibh_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &h,
+                              c->ctx->env.secret, c->peer);
+    if (e == RCCI_IBC_EV_REJECTED && ev->param.conn.private_data_len > 0)
+        verbs_refusal(ev, refused, sizeof refused);
+    rdma_ack_cm_event(ev);
+    if (refused[0])
+        return rcci_error(RCC_ERR_REMOTE, "%s refused the connection: %s", c->peer, refused);
+    if (res == RCC_SUCCESS && e == RCCI_IBC_EV_ESTABLISHED) {
+        res = verbs_take_hello(c, &h);
+        /* Errors from now on name the rank, not only its address. */
+        snprintf(c->peer, sizeof c->peer, "rank %d (%s)", (int)h.rank, c->addr_text);
+    }
+    return res == RCC_SUCCESS ? verbs_act(c, rcci_ibc_step(&c->state, e)) : res;
+}
+
+/* Moves an active connection's set-up on without waiting: takes its
+ * rdma_cm events (taking the peer's accept is what sends the RTU that
+ * completes the peer's side), starts the next attempt once its pause is
+ * over, and fails the connection at its deadline. */
+static rcc_result_t verbs_setup_step(rcci_conn_t *c)
+{
+    if (c->failed != RCC_SUCCESS)
+        return verbs_failed(c);
+    rcc_result_t res = RCC_SUCCESS;
+    while (res == RCC_SUCCESS && verbs_in_setup(c)) {
+        if (c->retry_at_ns) {
+            if (rcci_now_ns() < c->retry_at_ns)
+                break;
+            c->retry_at_ns = 0;
+            if (rdma_create_id(c->cm_ch, &c->id, c, RDMA_PS_TCP))
+                res = rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_create_id");
+            else
+                res = verbs_act(c, RCCI_IBC_DO_RESOLVE_ADDR);
+            continue;
+        }
+        struct rdma_cm_event *ev;
+        if (verbs_get_cm_event(c->cm_ch, &ev) != 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                res = rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_get_cm_event");
+            break;
+        }
+        res = verbs_setup_event(c, ev);
+    }
+    if (res == RCC_SUCCESS && verbs_in_setup(c) && rcci_now_ns() >= c->setup_deadline_ns) {
+        rcci_ibc_step(&c->state, RCCI_IBC_EV_DEADLINE);
+        res = rcci_ibc_error(&c->state, c->peer);
+    }
+    return res == RCC_SUCCESS ? RCC_SUCCESS : verbs_fail(c, res);
+}
+
+/* Starts a connection and returns it at once: its set-up goes on in
+ * verbs_setup_step, from test, probe and peek (their requests wait for
+ * it), so a peer that does not answer (stopped) holds no thread. */
+static rcc_result_t verbs_connect_start(void *tctx, const void *handle, uint32_t tag,
+                                        int64_t deadline_ns, rcci_conn_t **out)
 {
     verbs_ctx_t *ctx = tctx;
     rcci_addr_t to;
     rcc_result_t res = rcci_addr_from_wire(handle, &to);
     if (res != RCC_SUCCESS)
         return res;
-    char text[80], refused[IBV_REJECT_TEXT + 1] = "";
+    char text[80];
     rcci_addr_format(&to, text, sizeof text);
     rcci_conn_t *c;
     IBV_TRY(verbs_conn_new(ctx, text, &c));
+    c->to = to;
+    c->tag = tag;
+    c->setup_deadline_ns = deadline_ns;
+    snprintf(c->addr_text, sizeof c->addr_text, "%s", text);
     if (rdma_create_id(c->cm_ch, &c->id, c, RDMA_PS_TCP))
         res = rcci_error_errno(RCC_ERR_SYSTEM, errno, "rdma_create_id");
     else
-        res = verbs_act(c, rcci_ibc_step(&c->state, RCCI_IBC_EV_CONNECT), &to, tag);
-    while (res == RCC_SUCCESS && c->state.state != RCCI_IBC_READY) {
+        res = verbs_act(c, rcci_ibc_step(&c->state, RCCI_IBC_EV_CONNECT));
+    if (res != RCC_SUCCESS)
+        verbs_conn_free(c);
+    else
+        *out = c;
+    return res;
+}
+
+static rcc_result_t verbs_connect(void *tctx, const void *handle, uint32_t tag, int64_t deadline_ns,
+                                  rcci_conn_t **out)
+{
+    rcci_conn_t *c;
+    IBV_TRY(verbs_connect_start(tctx, handle, tag, deadline_ns, &c));
+    rcc_result_t res;
+    for (;;) {
         /* The peer may be connecting to this rank meanwhile (a ring: every
          * rank connects, then accepts): unlike a TCP backlog, its connect
          * only completes when this rank accepts, so accept it now. */
-        verbs_sweep_ctx(ctx);
-        struct rdma_cm_event *ev;
-        int64_t slice = rcci_now_ns() + IBV_SWEEP_NS;
-        res = verbs_next_cm_event(c->cm_ch, slice < deadline_ns ? slice : deadline_ns, &ev);
-        if (res == RCC_ERR_TIMEOUT && slice < deadline_ns) {
-            res = RCC_SUCCESS;
-            continue;
-        }
-        if (res == RCC_ERR_TIMEOUT) {
-            rcci_ibc_step(&c->state, RCCI_IBC_EV_DEADLINE);
-            res = rcci_ibc_error(&c->state, c->peer);
+        verbs_sweep_ctx(c->ctx);
+        res = verbs_setup_step(c);
+        if (res != RCC_SUCCESS || c->state.state == RCCI_IBC_READY)
             break;
-        }
-        if (res != RCC_SUCCESS)
-            break;
-        rcci_ibc_event_t e = verbs_cm_event(ev->event);
-        rcci_ibh_t h;
-        if (e == RCCI_IBC_EV_ESTABLISHED)
-            res = rcci_ibh_decode(ev->param.conn.private_data, ev->param.conn.private_data_len, &h,
-                                  ctx->env.secret, c->peer);
-        if (e == RCCI_IBC_EV_REJECTED && ev->param.conn.private_data_len > 0)
-            verbs_refusal(ev, refused, sizeof refused);
-        rdma_ack_cm_event(ev);
-        if (refused[0]) {
-            res = rcci_error(RCC_ERR_REMOTE, "%s refused the connection: %s", c->peer, refused);
-            break;
-        }
-        if (res == RCC_SUCCESS && e == RCCI_IBC_EV_ESTABLISHED) {
-            res = verbs_take_hello(c, &h);
-            /* Errors from now on name the rank, not only its address. */
-            snprintf(c->peer, sizeof c->peer, "rank %d (%s)", (int)h.rank, text);
-        }
-        if (res == RCC_SUCCESS)
-            res = verbs_act(c, rcci_ibc_step(&c->state, e), &to, tag);
+        int64_t until = rcci_now_ns() + IBV_SWEEP_NS;
+        struct pollfd p = {.fd = c->cm_ch->fd, .events = POLLIN};
+        poll(&p, 1, rcci_ms_until(until < deadline_ns ? until : deadline_ns, 5));
     }
     if (res != RCC_SUCCESS)
         verbs_conn_free(c);
@@ -1046,6 +1098,11 @@ static rcc_result_t verbs_poll(rcci_conn_t *c, int *any)
  * When nothing did, arms the completion channel so wait_fd wakes. */
 static rcc_result_t verbs_drive(rcci_conn_t *c)
 {
+    if (verbs_in_setup(c)) {
+        IBV_TRY(verbs_setup_step(c));
+        if (verbs_in_setup(c))
+            return RCC_SUCCESS; /* its rdma_cm events wake wait_fd */
+    }
     struct ibv_cq *cq;
     void *cq_ctx;
     if (c->cq_armed && ibv_get_cq_event(c->comp_ch, &cq, &cq_ctx) == 0) {
@@ -1179,7 +1236,7 @@ static rcc_result_t verbs_peek(rcci_conn_t *c, rcci_tag_t *tag, int *found)
     } else if (is_data) {
         *tag = f.tag;
         *found = RCCI_PEEK_DATA;
-    } else if (c->state.state != RCCI_IBC_READY) {
+    } else if (c->state.state != RCCI_IBC_READY && !verbs_in_setup(c)) {
         return verbs_fail(c, rcci_ibc_error(&c->state, c->peer));
     }
     return RCC_SUCCESS;
@@ -1241,8 +1298,17 @@ static void verbs_close(rcci_conn_t *c)
          * flushes whatever the adapter has not sent yet: the last writes, a
          * notice, the close. Every work request is signalled, so sq_used
          * says when all went; bounded, as a gone peer's writes only fail
-         * after the adapter's retries. */
-        int64_t deadline = rcci_now_ns() + IBV_CLOSE_DRAIN_NS;
+         * after the adapter's retries. A failing communicator closes all
+         * its connections in a row: they share one window (and a grace
+         * each, for connections whose writes the window's wait let go
+         * out), so a peer that stopped answering costs it once, not once
+         * per connection. */
+        int64_t now = rcci_now_ns();
+        if (now - c->ctx->last_close_ns > IBV_CLOSE_GRACE_NS) /* not in a row: a new window */
+            c->ctx->drain_until_ns = now + IBV_CLOSE_DRAIN_NS;
+        int64_t deadline = c->ctx->drain_until_ns > now + IBV_CLOSE_GRACE_NS
+                               ? c->ctx->drain_until_ns
+                               : now + IBV_CLOSE_GRACE_NS;
         while (c->sq_used > 0 && c->failed == RCC_SUCCESS && rcci_now_ns() < deadline) {
             int any = 0;
             verbs_poll(c, &any);
@@ -1250,6 +1316,7 @@ static void verbs_close(rcci_conn_t *c)
                 nanosleep(&(struct timespec){0, 20000}, NULL);
         }
         rdma_disconnect(c->id);
+        c->ctx->last_close_ns = rcci_now_ns();
     }
     rcci_req_fifo_t *queues[] = {&c->sends, &c->unfinished, &c->recvs};
     for (size_t i = 0; i < sizeof queues / sizeof queues[0]; i++)
@@ -1268,6 +1335,7 @@ const rcci_transport_t rcci_transport_ibverbs = {
     .can_connect = verbs_can_connect,
     .listen = verbs_listen,
     .connect = verbs_connect,
+    .connect_start = verbs_connect_start,
     .accept = verbs_accept,
     .close_listener = verbs_close_listener,
     .reg_mem = verbs_reg_mem,

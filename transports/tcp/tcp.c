@@ -591,4 +591,5 @@ const rcci_transport_t rcci_transport_tcp = {
     .announce = tcp_announce,
     .sweep_listener = tcp_sweep_listener,
     .listener_fd = rcci_transport_no_listener_fd,
+    .connect_start = tcp_connect, /* completes in the peer's backlog */
 };
