@@ -280,8 +280,8 @@ typedef struct rcci_transport {
      * would have, when it fails or `deadline_ns` passes. ibverbs: a stopped
      * peer never accepts, and connect would wait out its deadline. A
      * transport whose connect completes without the peer (TCP: the kernel's
-     * backlog) passes connect itself; cudaipc does too, and waits for the
-     * peer's hello. */
+     * backlog; cudaipc: its control connection is TCP's, and the peer's
+     * hello is taken by later calls) passes connect itself. */
     rcc_result_t (*connect_start)(void *tctx, const void *handle, uint32_t tag,
                                   int64_t deadline_ns, rcci_conn_t **conn);
 } rcci_transport_t;
