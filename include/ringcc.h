@@ -422,9 +422,11 @@ RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
  * communicator's progress thread moves the data. Device memory goes over the
  * host transports through pinned host staging: chunk by chunk, reduced on the
  * GPU, for the ring and chain collectives on device buffers; by whole buffers
- * (copied out once the stream reaches the call, the host collective on the
- * copy, the result copied back) for the small-message allreduces,
- * point-to-point and mixed host/device buffers. Buffers belong to the
+ * (copied out on `stream` before the operation, the host collective on the
+ * copy, the result copied back on `stream` after it) for the small-message
+ * allreduces, point-to-point and mixed host/device buffers, and for every
+ * collective where RCC_DEVICE_PIPELINE says so (by default when
+ * CUDA_DEVICE_MAX_CONNECTIONS is set below 8). Buffers belong to the
  * library until the stream has passed the operation.
  *
  * Errors found by the call (bad arguments, a broken communicator) are

@@ -140,6 +140,7 @@ struct rcc_comm {
     int64_t timeout_ns;
     size_t chunk_bytes;
     size_t dev_chunk_bytes; /* RCC_DEVICE_CHUNK_BYTES: operations on the device ring */
+    int dev_pipeline;       /* device buffers may go chunk by chunk (stream.c, devring.c) */
     int slots;
     int algo_forced;            /* RCC_ALGO named an algorithm (else auto) ... */
     rcci_allreduce_algo_t algo; /* ... this one */
@@ -307,6 +308,9 @@ void rcci_streams_free(struct rcc_comm *comm);
 /* For tests: the next stream operation gets ticket `next` (the counter's
  * wrap after 2^32 operations, without making them). */
 rcc_result_t rcci_streams_set_next_ticket(struct rcc_comm *comm, uint32_t next);
+/* Whether this process lets stream collectives on device buffers run chunk
+ * by chunk on the GPU (RCC_DEVICE_PIPELINE; stream.c says why not always). */
+int rcci_stream_device_pipeline(void);
 /* Runs a blocking call's operation to its end on the calling thread when
  * nothing else is queued or running (RCC_INLINE): no hand-off to the
  * progress thread and back, which dominates small messages. Returns 1 when

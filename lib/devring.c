@@ -223,6 +223,11 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
     int n = comm->nranks, prev = (comm->rank + n - 1) % n;
     int any = 0, all = 1, send_tr = -1, recv_tr = -1, idx;
     char send_why[200] = "", recv_why[200] = "", why[200];
+    if (!comm->dev_pipeline) { /* alike on every rank (comm.c checked) */
+        RCC_INFO("device ring: none (RCC_DEVICE_PIPELINE: device buffers are staged whole on "
+                 "the caller's stream)");
+        return RCC_SUCCESS;
+    }
     for (int r = 0; r < n; r++) {
         int edge = devring_edge(comm, info, transports, r, &idx, why, sizeof why);
         any |= edge;

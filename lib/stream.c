@@ -11,13 +11,24 @@
  *   - the progress thread runs the operation once it sees start == ticket,
  *     and stores done = ticket when the operation has ended, successfully or
  *     not, so that a stream is never left waiting.
- * Device buffers travel over the host transports through pinned staging:
- * the operation's inputs are copied in on the library's own stream, the
- * host executor runs on the staging copies, and the outputs are copied back
- * before `done` is stored. Host buffers are used as they are. Ring and
- * chain collectives on device buffers go chunk by chunk instead
- * (coll/pipeline.c): GPU to GPU over the device ring where it has edges
- * (devring.c, cudaipc), else through pinned slots.
+ * Device buffers travel over the host transports through pinned staging,
+ * queued on the caller's stream at the call: the inputs are copied into
+ * staging before `start`, the host executor runs on the staging copies, and
+ * the outputs are copied back after `done`. Host buffers are used as they
+ * are. Ring and chain collectives on device buffers go chunk by chunk
+ * instead (coll/pipeline.c): GPU to GPU over the device ring where it has
+ * edges (devring.c, cudaipc), else through pinned slots; that GPU work is
+ * queued by the progress thread, on streams of the library's, while the
+ * caller's stream waits for `done`.
+ *
+ * Why the copies go on the caller's stream: streams share a GPU's hardware
+ * queues (CUDA_DEVICE_MAX_CONNECTIONS of them, 8 unless set; Megatron-LM
+ * sets 1), and a queue runs its work in the order it was queued, whatever
+ * the stream. Work queued after the caller's wait for `done`, on a stream
+ * that shares its queue, waits behind it: for `done`, which waits for that
+ * work. So the chunked device path, whose GPU work comes later, is used only
+ * where the hardware queues are not known to be fewer than CUDA's default
+ * (RCC_DEVICE_PIPELINE); docs/cuda.md says more.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -31,6 +42,7 @@
 #include "comm.h"
 #include "devapi.h"
 #include "log.h"
+#include "params.h"
 #include "rcc_config.h"
 
 /* Marks per communicator: taken in turn, a pair is reused only once the
@@ -123,6 +135,14 @@ struct rcci_streams {
         size_t bytes;
     } *cache;
     int ncache, cache_cap;
+    /* Staging that a caller's stream still copies from: back to the cache
+     * once the event recorded after those copies has completed. */
+    struct pending {
+        void *buf;
+        size_t bytes;
+        void *event;
+    } *pend;
+    int npend, pend_cap;
 };
 
 static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out)
@@ -158,11 +178,23 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
     return res;
 }
 
+static void staging_reap(struct rcci_streams *s, int64_t deadline_ns);
+
 void rcci_streams_free(struct rcc_comm *comm)
 {
     struct rcci_streams *s = comm->streams;
     if (!s)
         return;
+    /* Copies a caller's stream has still to make from staging: the stream
+     * was released (every `done` is stored), so they finish soon; what is
+     * still queued after the timeout stays allocated rather than freed
+     * under a copy. */
+    staging_reap(s, rcci_now_ns() + comm->timeout_ns);
+    if (s->npend)
+        RCC_WARN("%d staging buffers are still read by copies a stream has not made after %.0f "
+                 "s; they stay allocated",
+                 s->npend, comm->timeout_ns / 1e9);
+    free(s->pend);
     for (int i = 0; i < s->ncache; i++)
         s->dev->host_free(s->cache[i].buf);
     free(s->cache);
@@ -180,15 +212,88 @@ rcc_result_t rcci_streams_set_next_ticket(struct rcc_comm *comm, uint32_t next)
     if (res == RCC_SUCCESS) {
         pthread_mutex_lock(&comm->lock);
         s->tickets = next - 1;
+        /* As after a long run: every pair's `done` just behind the next
+         * ticket. Left at 0, a stream's wait (a cyclic >=) would pass at
+         * once for tickets 2^31 or more past it. */
+        for (int k = 0; k < STREAM_MARKS; k++)
+            __atomic_store_n(&s->flags[2 * k + 1], next - 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&comm->lock);
     }
     return res;
+}
+
+/* Into the cache, under cache_lock; 0 where the cache cannot grow. */
+static int staging_keep(struct rcci_streams *s, void *buf, size_t bytes)
+{
+    if (s->ncache == s->cache_cap) {
+        int cap = s->cache_cap ? 2 * s->cache_cap : 8;
+        struct staging *c = realloc(s->cache, sizeof *c * (size_t)cap);
+        if (c)
+            s->cache = c, s->cache_cap = cap;
+    }
+    if (s->ncache == s->cache_cap)
+        return 0;
+    s->cache[s->ncache++] = (struct staging){buf, bytes};
+    return 1;
+}
+
+/* Moves pending staging whose copies are done back to the cache; until
+ * `deadline_ns` (0: looks once) while some are not. */
+static void staging_reap(struct rcci_streams *s, int64_t deadline_ns)
+{
+    for (;;) {
+        pthread_mutex_lock(&s->cache_lock);
+        for (int i = 0; i < s->npend; i++) {
+            struct pending *p = &s->pend[i];
+            int done = 0;
+            if (s->dev->event_query(p->event, &done) != RCC_SUCCESS || !done)
+                continue; /* an error keeps it: the copies may still run */
+            s->dev->event_destroy(p->event);
+            if (!staging_keep(s, p->buf, p->bytes))
+                s->dev->host_free(p->buf);
+            s->pend[i--] = s->pend[--s->npend];
+        }
+        int left = s->npend;
+        pthread_mutex_unlock(&s->cache_lock);
+        if (!left || rcci_now_ns() >= deadline_ns)
+            return;
+        nanosleep(&(struct timespec){0, 100 * 1000}, NULL);
+    }
+}
+
+/* Hands staging to the pending list once `stream` has queued everything
+ * that reads or writes it: it goes back to the cache when an event
+ * recorded now has completed. Without an event it is never reused (a
+ * leak, not a buffer rewritten under a copy). */
+static void staging_pend(struct rcci_streams *s, void *buf, size_t bytes, void *stream)
+{
+    void *ev = NULL;
+    if (s->dev->event_create(&ev) == RCC_SUCCESS && s->dev->event_record(ev, stream) == RCC_SUCCESS) {
+        pthread_mutex_lock(&s->cache_lock);
+        if (s->npend == s->pend_cap) {
+            int cap = s->pend_cap ? 2 * s->pend_cap : 16;
+            struct pending *g = realloc(s->pend, sizeof *g * (size_t)cap);
+            if (g)
+                s->pend = g, s->pend_cap = cap;
+        }
+        int kept = s->npend < s->pend_cap;
+        if (kept)
+            s->pend[s->npend++] = (struct pending){buf, bytes, ev};
+        pthread_mutex_unlock(&s->cache_lock);
+        if (kept)
+            return;
+    }
+    if (ev)
+        s->dev->event_destroy(ev);
+    RCC_WARN("a staging buffer of %zu bytes cannot be tracked (%s); it stays allocated", bytes,
+             rcci_tls_error());
 }
 
 /* A pinned buffer of at least `bytes`: the smallest cached one that is
  * large enough, or a new one of the next power of two. */
 static rcc_result_t staging_take(struct rcci_streams *s, size_t bytes, void **buf, size_t *got)
 {
+    staging_reap(s, 0);
     pthread_mutex_lock(&s->cache_lock);
     int best = -1;
     for (int i = 0; i < s->ncache; i++)
@@ -213,28 +318,205 @@ static rcc_result_t staging_take(struct rcci_streams *s, size_t bytes, void **bu
 static void staging_give(struct rcci_streams *s, void *buf, size_t bytes)
 {
     pthread_mutex_lock(&s->cache_lock);
-    if (s->ncache == s->cache_cap) {
-        int cap = s->cache_cap ? 2 * s->cache_cap : 8;
-        struct staging *c = realloc(s->cache, sizeof *c * (size_t)cap);
-        if (c)
-            s->cache = c, s->cache_cap = cap;
-    }
-    int kept = s->ncache < s->cache_cap;
-    if (kept)
-        s->cache[s->ncache++] = (struct staging){buf, bytes};
+    int kept = staging_keep(s, buf, bytes);
     pthread_mutex_unlock(&s->cache_lock);
     if (!kept)
         s->dev->host_free(buf);
 }
 
+/* ---- staging on the caller's stream ---------------------------------------- */
+
+/* One stretch of device memory the operation reads (in) or writes (out). */
+typedef struct {
+    char *dev;
+    size_t bytes;
+    int in, out;
+} region_t;
+
+/* Overlapping regions share a span, staged once (in-place layouts). */
+typedef struct {
+    char *dev;
+    size_t bytes, off;
+} span_t;
+
+/* A staged operation's device memory and its copy in pinned staging. */
+typedef struct {
+    struct rcci_streams *s;
+    region_t *regions;
+    span_t *spans;
+    int nregions, nspans;
+    char *buf;
+    size_t bytes;
+} stage_t;
+
+static void stage_add(stage_t *st, const void *p, size_t bytes, int in, int out)
+{
+    if (p && bytes > 0 && st->s->dev->is_device(p))
+        st->regions[st->nregions++] = (region_t){(char *)p, bytes, in, out};
+}
+
+static int region_cmp(const void *a, const void *b)
+{
+    const region_t *x = a, *y = b;
+    return x->dev < y->dev ? -1 : x->dev > y->dev;
+}
+
+/* The device memory `op` touches, by collective (the layouts of ringcc.h). */
+static void stage_collect(struct rcc_comm *comm, stage_t *st, const rcci_op_t *op)
+{
+    size_t es = rcc_datatype_size(op->dtype), n = (size_t)comm->nranks;
+    size_t one = op->count * es;
+    int root = comm->rank == op->root;
+    switch (op->coll) {
+    case RCCI_COLL_ALLREDUCE:
+        stage_add(st, op->sendbuf, one, 1, 0);
+        stage_add(st, op->recvbuf, one, 0, 1);
+        break;
+    case RCCI_COLL_REDUCE_SCATTER:
+        stage_add(st, op->sendbuf, one * n, 1, 0);
+        stage_add(st, op->recvbuf, one, 0, 1);
+        break;
+    case RCCI_COLL_ALLGATHER:
+        stage_add(st, op->sendbuf, one, 1, 0);
+        stage_add(st, op->recvbuf, one * n, 0, 1);
+        break;
+    case RCCI_COLL_BROADCAST:
+        if (root)
+            stage_add(st, op->sendbuf, one, 1, 0);
+        stage_add(st, op->recvbuf, one, 0, 1);
+        break;
+    case RCCI_COLL_REDUCE:
+        stage_add(st, op->sendbuf, one, 1, 0);
+        if (root)
+            stage_add(st, op->recvbuf, one, 0, 1);
+        break;
+    case RCCI_COLL_P2P:
+        for (int i = 0; i < op->nmsgs; i++)
+            stage_add(st, op->msgs[i].buf, op->msgs[i].bytes, op->msgs[i].is_send,
+                      !op->msgs[i].is_send);
+        break;
+    case RCCI_COLL_BARRIER: break; /* its own memory */
+    }
+}
+
+/* Sorts the regions into spans and lays the spans out in staging. */
+static size_t stage_layout(stage_t *st)
+{
+    qsort(st->regions, (size_t)st->nregions, sizeof *st->regions, region_cmp);
+    size_t off = 0;
+    for (int i = 0; i < st->nregions; i++) {
+        region_t *r = &st->regions[i];
+        span_t *last = st->nspans ? &st->spans[st->nspans - 1] : NULL;
+        if (last && r->dev < last->dev + last->bytes) {
+            size_t end = (size_t)(r->dev - last->dev) + r->bytes;
+            if (end > last->bytes) {
+                off += end - last->bytes;
+                last->bytes = end;
+            }
+        } else {
+            off = (off + 255) & ~(size_t)255; /* aligned for the reductions */
+            st->spans[st->nspans++] = (span_t){r->dev, r->bytes, off};
+            off += r->bytes;
+        }
+    }
+    return off;
+}
+
+/* Where device address p (inside a region) lies in staging; p itself when
+ * it is not staged. */
+static void *stage_addr(const stage_t *st, const void *p)
+{
+    for (int i = 0; p && i < st->nspans; i++) {
+        const span_t *sp = &st->spans[i];
+        if ((const char *)p >= sp->dev && (const char *)p < sp->dev + sp->bytes)
+            return st->buf + sp->off + ((const char *)p - sp->dev);
+    }
+    return (void *)p;
+}
+
+/* Queues the copies of the inputs (to_host) or of the outputs back on
+ * `stream`. */
+static rcc_result_t stage_copy(const stage_t *st, int to_host, void *stream)
+{
+    const rcci_devapi_t *dev = st->s->dev;
+    for (int i = 0; i < st->nregions; i++) {
+        const region_t *r = &st->regions[i];
+        if (!(to_host ? r->in : r->out))
+            continue;
+        void *host = stage_addr(st, r->dev);
+        rcc_result_t res = to_host ? dev->copy(host, r->dev, r->bytes, stream)
+                                   : dev->copy(r->dev, host, r->bytes, stream);
+        if (res != RCC_SUCCESS)
+            return res;
+    }
+    return RCC_SUCCESS;
+}
+
+/* Ends the staging of an operation: queues the copies of its outputs on
+ * `stream` (copy_out; else the outputs stay as they are), and hands the
+ * buffer over to be reused once the stream has made them. */
+static rcc_result_t stage_end(stage_t *st, int copy_out, void *stream)
+{
+    if (!st)
+        return RCC_SUCCESS;
+    rcc_result_t res = copy_out ? stage_copy(st, 0, stream) : RCC_SUCCESS;
+    if (st->buf)
+        staging_pend(st->s, st->buf, st->bytes, stream);
+    free(st->regions);
+    free(st->spans);
+    free(st);
+    return res;
+}
+
+/* Stages `op` on the caller's stream: takes staging for its device memory,
+ * queues the copies of its inputs, and points the operation at the copies
+ * (the host executor sees host memory only). *out NULL: nothing to stage. */
+static rcc_result_t stage_begin(struct rcc_comm *comm, struct rcci_streams *s, rcci_op_t *op,
+                                void *stream, stage_t **out)
+{
+    *out = NULL;
+    stage_t *st = calloc(1, sizeof *st);
+    int most = op->coll == RCCI_COLL_P2P ? op->nmsgs : 2;
+    if (st) {
+        st->s = s;
+        st->regions = calloc((size_t)most + 1, sizeof *st->regions);
+        st->spans = calloc((size_t)most + 1, sizeof *st->spans);
+    }
+    if (!st || !st->regions || !st->spans) {
+        if (st)
+            free(st->regions), free(st->spans);
+        free(st);
+        return rcci_error(RCC_ERR_NO_MEMORY, "stream staging table");
+    }
+    stage_collect(comm, st, op);
+    if (!st->nregions)
+        return stage_end(st, 0, stream);
+    rcc_result_t res = staging_take(s, stage_layout(st), (void **)&st->buf, &st->bytes);
+    if (res != RCC_SUCCESS) {
+        st->buf = NULL;
+        stage_end(st, 0, stream);
+        return res;
+    }
+    *out = st; /* from here on the stream may read into the buffer */
+    res = stage_copy(st, 1, stream);
+    op->sendbuf = stage_addr(st, op->sendbuf);
+    op->recvbuf = stage_addr(st, op->recvbuf);
+    for (int i = 0; i < op->nmsgs; i++)
+        op->msgs[i].buf = stage_addr(st, op->msgs[i].buf);
+    return res;
+}
+
 /* ---- marks: the call side ------------------------------------------------ */
 
-/* Streams of the current group, waited on at its end (per thread). */
+/* Streams of the current group, waited on at its end (per thread), with
+ * the staging to copy back after each wait. */
 typedef struct {
     const rcci_devapi_t *dev;
     void *stream;
     volatile uint32_t *done;
     uint32_t ticket;
+    rcci_op_t *op; /* a reference: whether it was launched */
+    stage_t *stage;
 } group_wait_t;
 
 static _Thread_local group_wait_t *group_waits;
@@ -250,6 +532,7 @@ static rcc_result_t group_wait_add(const group_wait_t *w)
         group_waits = g, group_cap = cap;
     }
     group_waits[group_nwaits++] = *w;
+    atomic_fetch_add(&w->op->refs, 1);
     return RCC_SUCCESS;
 }
 
@@ -257,8 +540,19 @@ void rcci_stream_group_end(void)
 {
     for (int i = 0; i < group_nwaits; i++) {
         group_wait_t *w = &group_waits[i];
-        if (w->dev->wait_flag(w->stream, w->done, w->ticket) != RCC_SUCCESS)
-            RCC_WARN("a stream of the group could not be told to wait: %s", rcci_tls_error());
+        rcc_result_t res = w->dev->wait_flag(w->stream, w->done, w->ticket);
+        /* One that was never launched, or failed at launch, leaves its
+         * outputs as they are. */
+        int copy_out = atomic_load(&w->op->launched) &&
+                       !(rcci_op_done(w->op) && w->op->result != RCC_SUCCESS);
+        if (res == RCC_SUCCESS)
+            res = stage_end(w->stage, copy_out, w->stream);
+        else
+            stage_end(w->stage, 0, w->stream);
+        if (res != RCC_SUCCESS)
+            RCC_WARN("a stream of the group could not be told to wait and copy back: %s",
+                     rcci_tls_error());
+        rcci_op_release(w->op);
     }
     free(group_waits);
     group_waits = NULL;
@@ -295,6 +589,42 @@ static rcc_result_t mark_pair_free(struct rcc_comm *comm, volatile uint32_t *don
     return RCC_SUCCESS;
 }
 
+int rcci_stream_device_pipeline(void)
+{
+    int setting = rcci_param_int(RCCI_PARAM_DEVICE_PIPELINE);
+    if (setting != 2)
+        return setting;
+    const char *env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    char *end;
+    long n = env && *env ? strtol(env, &end, 10) : 0;
+    return !(env && *env && *end == '\0' && n >= 1 && n < 8);
+}
+
+/* Ring and chain collectives whose buffers are all device memory run chunk
+ * by chunk through pinned slots (coll/pipeline.c), copies and reductions on
+ * the GPU overlapping the wire, partial results in device scratch. The rest
+ * (the small-message allreduces, point-to-point, a mix of host and device
+ * buffers) are staged whole, and all are where the device path is not
+ * allowed. The same on every rank (it is in the operation's signature). */
+static int op_pipelines_on_device(struct rcc_comm *comm, const rcci_op_t *op,
+                                  const rcci_devapi_t *dev)
+{
+    int root = comm->rank == op->root;
+    if (!comm->dev_pipeline)
+        return 0;
+    switch (op->coll) {
+    case RCCI_COLL_ALLREDUCE:
+    case RCCI_COLL_ALLGATHER:
+    case RCCI_COLL_REDUCE_SCATTER:
+        return !op->rounds && dev->is_device(op->sendbuf) && dev->is_device(op->recvbuf);
+    case RCCI_COLL_BROADCAST:
+        return dev->is_device(op->recvbuf) && (!root || dev->is_device(op->sendbuf));
+    case RCCI_COLL_REDUCE:
+        return dev->is_device(op->sendbuf) && (!root || dev->is_device(op->recvbuf));
+    default: return 0;
+    }
+}
+
 rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stream)
 {
     struct rcci_streams *s;
@@ -314,21 +644,39 @@ rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stre
     s->last[k] = ticket;
     pthread_mutex_unlock(&comm->lock);
     volatile uint32_t *start = &s->flags[2 * k], *done = &s->flags[2 * k + 1];
-    res = mark_pair_free(comm, done, prev);
-    if (res == RCC_SUCCESS)
-        res = s->dev->write_flag(stream, start, ticket);
     op->on_stream = 1;
     op->mark = (rcci_mark_t){.start = start, .done = done, .ticket = ticket, .stream = stream};
+    res = mark_pair_free(comm, done, prev);
+    /* Chunk by chunk on the device, or staged whole here: in its
+     * signature, which peers may ask about (or compare) while it waits for
+     * its stream. */
+    rcci_exec_plan(comm, op);
+    op->device = op_pipelines_on_device(comm, op, s->dev);
+    stage_t *stage = NULL;
+    if (res == RCC_SUCCESS && !op->device)
+        res = stage_begin(comm, s, op, stream, &stage);
+    if (res == RCC_SUCCESS)
+        res = s->dev->write_flag(stream, start, ticket);
     if (res == RCC_SUCCESS && rcci_group_active()) {
-        group_wait_t w = {s->dev, stream, done, ticket};
+        group_wait_t w = {s->dev, stream, done, ticket, op, stage};
         res = group_wait_add(&w);
-        if (res == RCC_SUCCESS)
+        if (res == RCC_SUCCESS) {
+            stage = NULL; /* the group's end copies back */
             res = rcci_group_add(comm, op, NULL);
+        }
     } else if (res == RCC_SUCCESS) {
         res = s->dev->wait_flag(stream, done, ticket);
         if (res == RCC_SUCCESS)
             res = rcci_progress_enqueue(comm, op);
+        if (res == RCC_SUCCESS) { /* queued: from here on it runs */
+            rcc_result_t copied = stage_end(stage, 1, stream);
+            stage = NULL;
+            if (copied != RCC_SUCCESS)
+                RCC_WARN("cannot queue the copy of a stream operation's outputs: %s",
+                         rcci_tls_error());
+        }
     }
+    stage_end(stage, 0, stream); /* not launched: the outputs stay as they are */
     if (res != RCC_SUCCESS) /* the stream may already wait for it */
         rcci_stream_release(op);
     rcci_op_release(op); /* the queue or the group holds it now */
@@ -337,36 +685,21 @@ rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stre
 
 /* ---- the progress side: an executor around the host one ------------------ */
 
-/* One stretch of device memory the operation reads (in) or writes (out). */
-typedef struct {
-    char *dev;
-    size_t bytes;
-    int in, out;
-    size_t span; /* index into the spans */
-} region_t;
-
-/* Overlapping regions share a span, staged once (in-place layouts). */
-typedef struct {
-    char *dev;
-    size_t bytes, off;
-} span_t;
-
-enum { PH_START, PH_COPY_IN, PH_RUN, PH_COPY_OUT, PH_DONE };
+enum { PH_START, PH_RUN, PH_DRAIN, PH_DONE };
 
 struct rcci_exec {
     rcci_op_t *op;
     struct rcci_streams *s;
     int phase;
     rcci_exec_t *inner;
-    region_t *regions;
-    span_t *spans;
-    int nregions, nspans;
+    /* The chunked device path (inner is a pipeline): its pinned slots,
+     * device scratch and receive slots of the device ring (devring.c). */
+    int pipelined;
     char *staging;
     size_t staging_bytes;
-    void *event;
-    int pipelined; /* chunk by chunk on the device (inner is a pipeline) */
     char *dscratch;
-    char *dslots; /* the device ring's receive slots (devring.c), device memory */
+    char *dslots;
+    void *event; /* recorded on the device path's stream when it ends */
 };
 
 /* Every mark `op` waits for has been started by its stream. */
@@ -378,146 +711,6 @@ static int marks_started(const rcci_op_t *op)
     return !op->mark.start || __atomic_load_n(op->mark.start, __ATOMIC_ACQUIRE) == op->mark.ticket;
 }
 
-static int region_add(rcci_exec_t *x, const void *p, size_t bytes, int in, int out)
-{
-    if (!p || bytes == 0 || !x->s->dev->is_device(p))
-        return 0;
-    x->regions[x->nregions++] = (region_t){(char *)p, bytes, in, out, 0};
-    return 1;
-}
-
-static int region_cmp(const void *a, const void *b)
-{
-    const region_t *x = a, *y = b;
-    return x->dev < y->dev ? -1 : x->dev > y->dev;
-}
-
-/* The device memory `op` touches, by collective (the layouts of ringcc.h). */
-static void regions_collect(struct rcc_comm *comm, rcci_exec_t *x)
-{
-    const rcci_op_t *op = x->op;
-    size_t es = rcc_datatype_size(op->dtype), n = (size_t)comm->nranks;
-    size_t one = op->count * es;
-    int root = comm->rank == op->root;
-    switch (op->coll) {
-    case RCCI_COLL_ALLREDUCE:
-        region_add(x, op->sendbuf, one, 1, 0);
-        region_add(x, op->recvbuf, one, 0, 1);
-        break;
-    case RCCI_COLL_REDUCE_SCATTER:
-        region_add(x, op->sendbuf, one * n, 1, 0);
-        region_add(x, op->recvbuf, one, 0, 1);
-        break;
-    case RCCI_COLL_ALLGATHER:
-        region_add(x, op->sendbuf, one, 1, 0);
-        region_add(x, op->recvbuf, one * n, 0, 1);
-        break;
-    case RCCI_COLL_BROADCAST:
-        if (root)
-            region_add(x, op->sendbuf, one, 1, 0);
-        region_add(x, op->recvbuf, one, 0, 1);
-        break;
-    case RCCI_COLL_REDUCE:
-        region_add(x, op->sendbuf, one, 1, 0);
-        if (root)
-            region_add(x, op->recvbuf, one, 0, 1);
-        break;
-    case RCCI_COLL_P2P:
-        for (int i = 0; i < op->nmsgs; i++)
-            region_add(x, op->msgs[i].buf, op->msgs[i].bytes, op->msgs[i].is_send,
-                       !op->msgs[i].is_send);
-        break;
-    case RCCI_COLL_BARRIER: break; /* its own memory */
-    }
-}
-
-/* Sorts the regions into spans and lays the spans out in staging. */
-static size_t spans_layout(rcci_exec_t *x)
-{
-    qsort(x->regions, (size_t)x->nregions, sizeof *x->regions, region_cmp);
-    size_t off = 0;
-    for (int i = 0; i < x->nregions; i++) {
-        region_t *r = &x->regions[i];
-        span_t *last = x->nspans ? &x->spans[x->nspans - 1] : NULL;
-        if (last && r->dev < last->dev + last->bytes) {
-            size_t end = (size_t)(r->dev - last->dev) + r->bytes;
-            if (end > last->bytes) {
-                off += end - last->bytes;
-                last->bytes = end;
-            }
-        } else {
-            off = (off + 255) & ~(size_t)255; /* aligned for the reductions */
-            x->spans[x->nspans++] = (span_t){r->dev, r->bytes, off};
-            off += r->bytes;
-        }
-        r->span = (size_t)(x->nspans - 1);
-    }
-    return off;
-}
-
-/* Where device address p (inside a region) lies in staging; p itself when
- * it is not staged. */
-static void *staged(const rcci_exec_t *x, const void *p)
-{
-    for (int i = 0; p && i < x->nspans; i++) {
-        const span_t *sp = &x->spans[i];
-        if ((const char *)p >= sp->dev && (const char *)p < sp->dev + sp->bytes)
-            return x->staging + sp->off + ((const char *)p - sp->dev);
-    }
-    return (void *)p;
-}
-
-/* Copies the inputs (to_host) or the outputs back, on the library's stream,
- * and records the event that says they are done. */
-static rcc_result_t regions_copy(rcci_exec_t *x, int to_host)
-{
-    const rcci_devapi_t *dev = x->s->dev;
-    for (int i = 0; i < x->nregions; i++) {
-        const region_t *r = &x->regions[i];
-        if (!(to_host ? r->in : r->out))
-            continue;
-        void *host = staged(x, r->dev);
-        rcc_result_t res = to_host ? dev->copy(host, r->dev, r->bytes, x->s->copy_stream)
-                                   : dev->copy(r->dev, host, r->bytes, x->s->copy_stream);
-        if (res != RCC_SUCCESS)
-            return res;
-    }
-    return dev->event_record(x->event, x->s->copy_stream);
-}
-
-/* Ring and chain collectives whose buffers are all device memory run chunk
- * by chunk through pinned slots (coll/pipeline.c), copies and reductions on
- * the GPU overlapping the wire, partial results in device scratch. The rest
- * (the small-message allreduces, point-to-point, a mix of host and device
- * buffers) are staged whole. */
-static int op_pipelines_on_device(struct rcc_comm *comm, const rcci_op_t *op,
-                                  const rcci_devapi_t *dev)
-{
-    int root = comm->rank == op->root;
-    switch (op->coll) {
-    case RCCI_COLL_ALLREDUCE:
-    case RCCI_COLL_ALLGATHER:
-    case RCCI_COLL_REDUCE_SCATTER:
-        return !op->rounds && dev->is_device(op->sendbuf) && dev->is_device(op->recvbuf);
-    case RCCI_COLL_BROADCAST:
-        return dev->is_device(op->recvbuf) && (!root || dev->is_device(op->sendbuf));
-    case RCCI_COLL_REDUCE:
-        return dev->is_device(op->sendbuf) && (!root || dev->is_device(op->recvbuf));
-    default: return 0;
-    }
-}
-
-/* Points the operation at the staging copies (the host executor sees host
- * memory only). */
-static void op_retarget(rcci_exec_t *x)
-{
-    rcci_op_t *op = x->op;
-    op->sendbuf = staged(x, op->sendbuf);
-    op->recvbuf = staged(x, op->recvbuf);
-    for (int i = 0; i < op->nmsgs; i++)
-        op->msgs[i].buf = staged(x, op->msgs[i].buf);
-}
-
 rcc_result_t rcci_stream_exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **out)
 {
     rcci_exec_t *x = calloc(1, sizeof *x);
@@ -527,28 +720,38 @@ rcc_result_t rcci_stream_exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_e
     x->op = op;
     x->phase = PH_START;
     op->started_ns = rcci_now_ns(); /* for stall reports; again once the stream reaches it */
-    rcci_exec_plan(comm, op);       /* peers may ask about it while it waits for its stream */
+    rcci_exec_plan(comm, op);       /* a merged operation (group.c) has no plan yet */
     rcc_result_t res = streams_get(comm, &x->s);
     if (res == RCC_SUCCESS) /* this (progress) thread's CUDA calls go to that device */
         res = x->s->dev->use_device(x->s->device);
+    return res;
+}
+
+/* The chunked device path: its buffers, and the pipeline. */
+static rcc_result_t stream_pipeline_start(struct rcc_comm *comm, rcci_exec_t *x)
+{
+    size_t chunk = rcci_coll_device_chunk(comm, x->op);
+    size_t bytes = 2 * (size_t)comm->slots * chunk;
+    rcc_result_t res = staging_take(x->s, bytes, (void **)&x->staging, &x->staging_bytes);
     if (res != RCC_SUCCESS)
-        return res;
-    /* Chunk by chunk on the device: in its signature, which peers may ask
-     * about (or compare) while it waits for its stream. */
-    op->device = op_pipelines_on_device(comm, op, x->s->dev);
-    int most = op->coll == RCCI_COLL_P2P ? op->nmsgs : 2;
-    x->regions = calloc((size_t)most + 1, sizeof *x->regions);
-    x->spans = calloc((size_t)most + 1, sizeof *x->spans);
-    if (!x->regions || !x->spans)
-        return rcci_error(RCC_ERR_NO_MEMORY, "stream staging table");
-    return RCC_SUCCESS;
+        x->staging = NULL;
+    size_t scratch = rcci_coll_device_scratch_bytes(comm, x->op);
+    if (res == RCC_SUCCESS && scratch)
+        res = x->s->dev->dev_alloc((void **)&x->dscratch, scratch, x->s->copy_stream);
+    if (res == RCC_SUCCESS && comm->drecv_link.nconns > 0 && !rcci_coll_device_inplace(comm, x->op))
+        res = x->s->dev->dev_alloc((void **)&x->dslots, (size_t)comm->slots * chunk,
+                                   x->s->copy_stream);
+    if (res == RCC_SUCCESS)
+        res = rcci_coll_start_device(comm, x->op, x->s->dev, x->s->copy_stream, x->staging,
+                                     x->dscratch, x->dslots, &x->inner);
+    x->pipelined = 1;
+    return res;
 }
 
 rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progressed,
                                       int *done)
 {
     rcc_result_t res = RCC_SUCCESS;
-    int ready;
     *progressed = *done = 0;
     switch (x->phase) {
     case PH_START:
@@ -560,51 +763,10 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
             return rcci_error(comm->broken, "the communicator failed earlier: %s",
                               comm->broken_text);
         x->op->started_ns = rcci_now_ns();
-        if (x->op->device) {
-            size_t chunk = rcci_coll_device_chunk(comm, x->op);
-            size_t bytes = 2 * (size_t)comm->slots * chunk;
-            res = staging_take(x->s, bytes, (void **)&x->staging, &x->staging_bytes);
-            if (res == RCC_SUCCESS)
-                res = x->s->dev->event_create(&x->event);
-            size_t scratch = rcci_coll_device_scratch_bytes(comm, x->op);
-            if (res == RCC_SUCCESS && scratch)
-                res = x->s->dev->dev_alloc((void **)&x->dscratch, scratch, x->s->copy_stream);
-            if (res == RCC_SUCCESS && comm->drecv_link.nconns > 0 &&
-                !rcci_coll_device_inplace(comm, x->op))
-                res = x->s->dev->dev_alloc((void **)&x->dslots, (size_t)comm->slots * chunk,
-                                           x->s->copy_stream);
-            if (res == RCC_SUCCESS)
-                res = rcci_coll_start_device(comm, x->op, x->s->dev, x->s->copy_stream, x->staging,
-                                             x->dscratch, x->dslots, &x->inner);
-            x->pipelined = 1;
-            x->phase = PH_RUN;
-            *progressed = 1;
-            return res;
-        }
-        regions_collect(comm, x);
-        if (x->nregions) {
-            size_t bytes = spans_layout(x);
-            res = staging_take(x->s, bytes, (void **)&x->staging, &x->staging_bytes);
-            if (res == RCC_SUCCESS)
-                res = x->s->dev->event_create(&x->event);
-            if (res == RCC_SUCCESS)
-                res = regions_copy(x, 1);
-            if (res != RCC_SUCCESS)
-                return res;
-            op_retarget(x);
-        }
-        x->phase = x->nregions ? PH_COPY_IN : PH_RUN;
-        *progressed = 1;
-        return RCC_SUCCESS;
-    case PH_COPY_IN:
-        res = x->s->dev->event_query(x->event, &ready);
-        if (res != RCC_SUCCESS || !ready) {
-            comm->poll_ms = 1;
-            return res;
-        }
         x->phase = PH_RUN;
         *progressed = 1;
-        return RCC_SUCCESS;
+        /* Staged ops run on the copies their stream made before `start`. */
+        return x->op->device ? stream_pipeline_start(comm, x) : RCC_SUCCESS;
     case PH_RUN:
         if (!x->inner) {
             res = rcci_exec_host_start(comm, x->op, &x->inner);
@@ -618,15 +780,19 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
         rcci_exec_host_finish(comm, x->op, x->inner);
         x->inner = NULL;
         *progressed = 1;
-        if (!x->nregions && !x->pipelined) {
+        if (!x->pipelined) {
             x->phase = PH_DONE;
             *done = 1;
             return RCC_SUCCESS;
         }
-        res = regions_copy(x, 0);
-        x->phase = PH_COPY_OUT;
+        /* `done` only once the device path's last GPU work has run. */
+        res = x->s->dev->event_create(&x->event);
+        if (res == RCC_SUCCESS)
+            res = x->s->dev->event_record(x->event, x->s->copy_stream);
+        x->phase = PH_DRAIN;
         return res;
-    case PH_COPY_OUT:
+    case PH_DRAIN: {
+        int ready = 0;
         res = x->s->dev->event_query(x->event, &ready);
         if (res != RCC_SUCCESS || !ready) {
             comm->poll_ms = 1;
@@ -635,6 +801,7 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
         x->phase = PH_DONE;
         *progressed = *done = 1;
         return RCC_SUCCESS;
+    }
     default: *done = 1; return RCC_SUCCESS;
     }
 }
@@ -653,17 +820,16 @@ void rcci_stream_exec_finish(struct rcc_comm *comm, rcci_exec_t *x)
         x->s->dev->dev_free(x->dslots, x->s->copy_stream);
     if (x->event)
         x->s->dev->event_destroy(x->event);
-    free(x->regions);
-    free(x->spans);
     free(x);
 }
 
 void rcci_stream_waiting_for(struct rcc_comm *comm, rcci_exec_t *x, char *buf, size_t size)
 {
-    static const char *const what[] = {"its stream to reach it", "the copy of its inputs", "",
-                                       "the copy of its outputs", ""};
     if (x->phase == PH_RUN && x->inner)
         rcci_exec_host_waiting_for(comm, x->op, x->inner, buf, size);
     else
-        snprintf(buf, size, "%s", what[x->phase]);
+        snprintf(buf, size, "%s",
+                 x->phase == PH_START   ? "its stream to reach it"
+                 : x->phase == PH_DRAIN ? "its last GPU work"
+                                        : "");
 }

@@ -123,7 +123,7 @@ typedef struct item {
     int divisor;
 } item_t;
 
-typedef struct {
+typedef struct fake_stream {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -131,6 +131,7 @@ typedef struct {
     uint64_t queued, ran; /* items */
     int stop;
     unsigned seed;
+    struct fake_stream *queue; /* FAKEDEV_QUEUES: the hardware queue it shares; else NULL */
 } fake_stream_t;
 
 typedef struct {
@@ -184,9 +185,16 @@ static void *stream_main(void *arg)
     return NULL;
 }
 
-static void stream_push(void *stream, item_t tmpl)
+/* The queue a stream's work goes into: its own, or the shared one. */
+static fake_stream_t *stream_queue(void *stream)
 {
     fake_stream_t *s = stream;
+    return s->queue ? s->queue : s;
+}
+
+static void stream_push(void *stream, item_t tmpl)
+{
+    fake_stream_t *s = stream_queue(stream);
     item_t *it = malloc(sizeof *it);
     if (!it)
         abort();
@@ -203,7 +211,45 @@ static void stream_push(void *stream, item_t tmpl)
     pthread_mutex_unlock(&s->lock);
 }
 
+static fake_stream_t *stream_new(void);
+
+/* FAKEDEV_QUEUES=N: like a GPU's hardware work queues (CUDA_DEVICE_MAX_
+ * CONNECTIONS), N queues that the streams share in turn, each running
+ * its streams' work in the order it was submitted, whatever the stream:
+ * work waiting behind another stream's blocked flag wait waits too. */
+static fake_stream_t *stream_shared_queue(void)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static fake_stream_t *queues[64];
+    static unsigned next;
+    const char *env = getenv("FAKEDEV_QUEUES");
+    int n = env ? atoi(env) : 0;
+    if (n <= 0)
+        return NULL;
+    n = n > 64 ? 64 : n;
+    pthread_mutex_lock(&lock);
+    unsigned q = next++ % (unsigned)n;
+    if (!queues[q])
+        queues[q] = stream_new(); /* lives as long as the process */
+    fake_stream_t *queue = queues[q];
+    pthread_mutex_unlock(&lock);
+    return queue;
+}
+
 void *fakedev_stream_create(void)
+{
+    fake_stream_t *queue = stream_shared_queue();
+    if (queue) {
+        fake_stream_t *s = calloc(1, sizeof *s);
+        if (!s)
+            abort();
+        s->queue = queue;
+        return s;
+    }
+    return stream_new();
+}
+
+static fake_stream_t *stream_new(void)
 {
     fake_stream_t *s = calloc(1, sizeof *s);
     if (!s)
@@ -221,6 +267,10 @@ void fakedev_stream_destroy(void *stream)
     fake_stream_t *s = stream;
     if (!s)
         return;
+    if (s->queue) { /* the queue stays; what was queued runs */
+        free(s);
+        return;
+    }
     pthread_mutex_lock(&s->lock);
     s->stop = 1;
     pthread_cond_broadcast(&s->cond);
@@ -238,7 +288,7 @@ void fakedev_launch(void *stream, void (*fn)(void *), void *arg)
 
 int fakedev_stream_sync(void *stream, double timeout_s)
 {
-    fake_stream_t *s = stream;
+    fake_stream_t *s = stream_queue(stream);
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += (time_t)timeout_s;

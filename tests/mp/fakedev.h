@@ -7,6 +7,10 @@
  * wrong results. Its IPC (the cudaipc transport's) is a memfd the peer
  * maps through /proc; with FAKEDEV_IPC_OPEN_FAILS set in the environment,
  * opening a peer's memory fails as it does between GPUs without peer access.
+ * FAKEDEV_QUEUES=N: the streams share N hardware queues in turn, each
+ * running its work in the order it was queued whatever the stream, as a GPU
+ * does under CUDA_DEVICE_MAX_CONNECTIONS=N (a blocked wait blocks all work
+ * queued after it on that queue).
  */
 #ifndef RINGCC_TEST_FAKEDEV_H
 #define RINGCC_TEST_FAKEDEV_H

@@ -170,7 +170,7 @@ static int rank_collectives(int rank, int n, void *arg)
     size_t fused_all = 0;
     for (int r = 0; r < n; r++)
         fused_all += fused[r];
-    if (arg && n > 2 && fused_all == 0)
+    if (arg && n > 2 && fused_all == 0 && rcci_stream_device_pipeline())
         MP_FAIL("rank %d: the device pipeline never fused a reduction with its forwarding copy",
                 rank);
     return td_finish(comm, bad);
@@ -297,7 +297,9 @@ END_TEST
  * and over the device ring, so an allreduce whose buffers are device memory
  * on one rank and host memory on the other cannot run: both ranks must fail
  * with RCC_ERR_MISMATCH naming the device buffers, well within the timeout
- * (20 s here), and their streams go on. */
+ * (20 s here), and their streams go on. Where device buffers are staged
+ * whole (RCC_DEVICE_PIPELINE) they are cut as host ones: the allreduce runs,
+ * and its sums are checked. */
 static int rank_kinds_differ(int rank, int n, void *arg)
 {
     (void)n, (void)arg;
@@ -307,6 +309,8 @@ static int rank_kinds_differ(int rank, int n, void *arg)
     void *stream = fakedev_stream_create();
     size_t count = 4u << 20; /* 16 MiB: 1 MiB device chunks, 256 KiB host ones */
     float *buf = rank == 0 ? fakedev_malloc(count * sizeof *buf) : calloc(count, sizeof *buf);
+    for (size_t i = 0; i < count; i++) /* the fake device's memory is the host's */
+        buf[i] = (float)(rank + 1) * (float)(i % 1000);
     double t0 = td_now_s();
     rcc_result_t res = rcc_allreduce_stream(buf, buf, count, RCC_FLOAT32, RCC_SUM, comm, stream);
     if (res == RCC_SUCCESS && fakedev_stream_sync(stream, 30))
@@ -316,11 +320,18 @@ static int rank_kinds_differ(int rank, int n, void *arg)
     const char *text = rcc_last_error(comm);
     printf("rank %d (%s buffers): %.2f s: %s: %s\n", rank, rank == 0 ? "device" : "host",
            td_now_s() - t0, rcc_result_name(res != RCC_SUCCESS ? res : async), text);
-    if (res == RCC_SUCCESS && async == RCC_SUCCESS)
+    if (!rcci_stream_device_pipeline()) {
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; i++)
+            wrong += buf[i] != 3.0f * (float)(i % 1000);
+        if (res != RCC_SUCCESS || async != RCC_SUCCESS || wrong)
+            MP_FAIL("rank %d: staged whole, the mixed allreduce: %s, %zu elements wrong", rank,
+                    rcc_result_name(res != RCC_SUCCESS ? res : async), wrong);
+    } else if (res == RCC_SUCCESS && async == RCC_SUCCESS)
         MP_FAIL("rank %d: differently cut buffers went unnoticed", rank);
-    if (res != RCC_ERR_MISMATCH && async != RCC_ERR_MISMATCH)
+    else if (res != RCC_ERR_MISMATCH && async != RCC_ERR_MISMATCH)
         MP_FAIL("rank %d: not reported as a mismatch", rank);
-    if (!strstr(text, "device buffers") || td_now_s() - t0 > 10)
+    else if (!strstr(text, "device buffers") || td_now_s() - t0 > 10)
         MP_FAIL("rank %d: the error does not name the device buffers, or came late: %s", rank,
                 text);
     if (rank == 0)

@@ -560,6 +560,13 @@ static void tcp_close(rcci_conn_t *c)
     for (rcci_req_fifo_t *q = &c->sends; q; q = q == &c->sends ? &c->recvs : NULL)
         while (q->head)
             free(rcci_req_fifo_pop(q));
+    /* Bytes left unread at close make the kernel reset the connection, and
+     * the peer may then read "connection reset" where this side's last
+     * words were (its goodbye, a failure notice): an announcement this side
+     * never looked at would do it. Read them away first (bounded). */
+    char sink[4096];
+    for (int i = 0; i < 64 && recv(c->fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++)
+        ;
     close(c->fd);
     free(c);
 }
