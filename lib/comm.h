@@ -57,6 +57,12 @@ typedef struct {
     uint32_t ticket;
     int released;
     void *stream;
+    /* The device path's pinned slots, taken at the call (a pinned
+     * allocation may wait for the GPU, which the progress thread must not)
+     * and given back with `done`. */
+    struct rcci_streams *streams;
+    void *pin;
+    size_t pin_bytes;
 } rcci_mark_t;
 
 typedef struct rcci_op {

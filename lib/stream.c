@@ -560,7 +560,8 @@ void rcci_stream_group_end(void)
 }
 
 /* Stores done = ticket for `op` (and the members it stands for): the
- * streams waiting for it move on. Idempotent. */
+ * streams waiting for it move on. Gives its pinned slots back: the device
+ * path has ended (and quiesced its GPU work) before. Idempotent. */
 void rcci_stream_release(rcci_op_t *op)
 {
     for (int i = 0; i < op->nmembers; i++)
@@ -568,6 +569,10 @@ void rcci_stream_release(rcci_op_t *op)
     if (op->mark.done && !op->mark.released) {
         op->mark.released = 1;
         __atomic_store_n(op->mark.done, op->mark.ticket, __ATOMIC_RELEASE);
+    }
+    if (op->mark.pin) {
+        staging_give(op->mark.streams, op->mark.pin, op->mark.pin_bytes);
+        op->mark.pin = NULL;
     }
 }
 
@@ -655,6 +660,13 @@ rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stre
     stage_t *stage = NULL;
     if (res == RCC_SUCCESS && !op->device)
         res = stage_begin(comm, s, op, stream, &stage);
+    if (res == RCC_SUCCESS && op->device) { /* its pinned slots, here (rcci_mark_t) */
+        op->mark.streams = s;
+        res = staging_take(s, 2 * (size_t)comm->slots * rcci_coll_device_chunk(comm, op),
+                           &op->mark.pin, &op->mark.pin_bytes);
+        if (res != RCC_SUCCESS)
+            op->mark.pin = NULL;
+    }
     if (res == RCC_SUCCESS)
         res = s->dev->write_flag(stream, start, ticket);
     if (res == RCC_SUCCESS && rcci_group_active()) {
@@ -692,11 +704,9 @@ struct rcci_exec {
     struct rcci_streams *s;
     int phase;
     rcci_exec_t *inner;
-    /* The chunked device path (inner is a pipeline): its pinned slots,
-     * device scratch and receive slots of the device ring (devring.c). */
+    /* The chunked device path (inner is a pipeline): its device scratch
+     * and receive slots of the device ring (devring.c). */
     int pipelined;
-    char *staging;
-    size_t staging_bytes;
     char *dscratch;
     char *dslots;
     void *event; /* recorded on the device path's stream when it ends */
@@ -727,14 +737,14 @@ rcc_result_t rcci_stream_exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_e
     return res;
 }
 
-/* The chunked device path: its buffers, and the pipeline. */
+/* The chunked device path: its buffers, and the pipeline. Its pinned
+ * slots were taken at the call (op->mark.pin). */
 static rcc_result_t stream_pipeline_start(struct rcc_comm *comm, rcci_exec_t *x)
 {
     size_t chunk = rcci_coll_device_chunk(comm, x->op);
-    size_t bytes = 2 * (size_t)comm->slots * chunk;
-    rcc_result_t res = staging_take(x->s, bytes, (void **)&x->staging, &x->staging_bytes);
-    if (res != RCC_SUCCESS)
-        x->staging = NULL;
+    rcc_result_t res = RCC_SUCCESS;
+    if (!x->op->mark.pin)
+        res = rcci_error(RCC_ERR_INTERNAL, "a device-path operation without its pinned slots");
     size_t scratch = rcci_coll_device_scratch_bytes(comm, x->op);
     if (res == RCC_SUCCESS && scratch)
         res = x->s->dev->dev_alloc((void **)&x->dscratch, scratch, x->s->copy_stream);
@@ -742,7 +752,7 @@ static rcc_result_t stream_pipeline_start(struct rcc_comm *comm, rcci_exec_t *x)
         res = x->s->dev->dev_alloc((void **)&x->dslots, (size_t)comm->slots * chunk,
                                    x->s->copy_stream);
     if (res == RCC_SUCCESS)
-        res = rcci_coll_start_device(comm, x->op, x->s->dev, x->s->copy_stream, x->staging,
+        res = rcci_coll_start_device(comm, x->op, x->s->dev, x->s->copy_stream, x->op->mark.pin,
                                      x->dscratch, x->dslots, &x->inner);
     x->pipelined = 1;
     return res;
@@ -812,8 +822,6 @@ void rcci_stream_exec_finish(struct rcc_comm *comm, rcci_exec_t *x)
         return;
     if (x->inner)
         rcci_exec_host_finish(comm, x->op, x->inner);
-    if (x->staging)
-        staging_give(x->s, x->staging, x->staging_bytes);
     if (x->dscratch)
         x->s->dev->dev_free(x->dscratch, x->s->copy_stream);
     if (x->dslots)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../check_main.h"
 #include "comm.h" /* rcci_streams_set_next_ticket */
@@ -318,6 +319,12 @@ static int rank_kinds_differ(int rank, int n, void *arg)
     rcc_result_t async = RCC_SUCCESS;
     rcc_comm_get_async_error(comm, &async);
     const char *text = rcc_last_error(comm);
+    /* Nobody aborts (which the other's health probe would report) before
+     * both have looked. */
+    atomic_int *looked = mp_shared(NULL);
+    atomic_fetch_add(looked, 1);
+    while (atomic_load(looked) < 2 && td_now_s() - t0 < 60)
+        usleep(1000);
     printf("rank %d (%s buffers): %.2f s: %s: %s\n", rank, rank == 0 ? "device" : "host",
            td_now_s() - t0, rcc_result_name(res != RCC_SUCCESS ? res : async), text);
     if (!rcci_stream_device_pipeline()) {
