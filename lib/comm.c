@@ -436,6 +436,7 @@ static rcc_result_t comm_new(int rank, int nranks, uint64_t comm_id, const rcc_c
 static rcc_result_t comm_setup(struct rcc_comm *comm)
 {
     rcc_result_t res = RCC_SUCCESS;
+    comm->dev_pipeline = rcci_stream_device_pipeline(); /* with peers: agreed on below */
     if (comm->nranks > 1) {
         RCC_CHECK(comm_connect_ring(comm));
         RCC_CHECK(rcci_bootstrap_barrier(comm->bootstrap));

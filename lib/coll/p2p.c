@@ -184,8 +184,8 @@ static rcc_result_t p2p_conn(struct rcc_comm *comm, const rcci_p2p_msg_t *m, rcc
     if (shared ? comm->rank < m->peer : m->is_send) {
         /* Returns before the peer answers where it must (ibverbs): a peer
          * that is stopped then shows as a stall, like any other wait. */
-        res = p->tr->connect_start(p->tctx, p->handles + (size_t)m->peer * RCCI_HANDLE_BYTES, tag,
-                             rcci_now_ns() + comm->timeout_ns, slot);
+        res = p->tr->connect_start(p->tctx, p->handles + (size_t)m->peer * RCCI_HANDLE_BYTES,
+                                   tag, rcci_now_ns() + comm->timeout_ns, slot);
     } else {
         res = p->tr->accept(p->listener, m->peer, tag, 0, slot);
         if (res == RCC_ERR_TIMEOUT) { /* the peer has not connected yet: is it still there? */
