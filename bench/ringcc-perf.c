@@ -90,7 +90,7 @@ struct perf_opts {
     int root;
     size_t minbytes, maxbytes;
     size_t factor;
-    int iters, warmup, check, inplace;
+    int iters, warmup, check, inplace, reg;
     rcc_datatype_t dtypes[RCC_NUM_DATATYPES];
     int ndtypes;
     rcc_redop_t ops[RCC_NUM_OPS];
@@ -205,6 +205,8 @@ static void perf_help(void)
            "  -o, --op OP             sum prod max min avg, a comma-separated list, or 'all'\n"
            "                          (default sum; ignored by allgather, broadcast,\n"
            "                          alltoall and sendrecv)\n"
+           "  -R, --register 0|1      1: register the buffers with rcc_comm_register\n"
+           "                          (zero-copy sends over ibverbs; default 0)\n"
            "  -i, --inplace 0|1       1: in place, timed and checked that way (default 0):\n"
            "                          sendbuf == recvbuf; allgather: sendbuf =\n"
            "                          recvbuf + rank*count; reducescatter: recvbuf =\n"
@@ -338,6 +340,7 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
         {"inplace", required_argument, NULL, 'i'},
         {"collective", required_argument, NULL, 'C'},
         {"root", required_argument, NULL, 'r'},
+        {"register", required_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {"json", required_argument, NULL, 'J'},
         {"csv", required_argument, NULL, 'V'},
@@ -358,7 +361,7 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
     int list[(int)RCC_NUM_DATATYPES > (int)RCC_NUM_OPS ? (int)RCC_NUM_DATATYPES : (int)RCC_NUM_OPS];
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:i:C:r:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":b:e:f:n:w:c:d:o:i:C:r:R:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'b': o->minbytes = perf_parse_size("-b", optarg); break;
         case 'e': o->maxbytes = perf_parse_size("-e", optarg); break;
@@ -369,6 +372,7 @@ static void perf_parse_args(int argc, char **argv, struct perf_opts *o)
         case 'i': o->inplace = perf_parse_int("-i", optarg, 0, 1); break;
         case 'C': o->coll = perf_parse_coll(optarg); break;
         case 'r': o->root = perf_parse_int("-r", optarg, 0, INT_MAX); break;
+        case 'R': o->reg = perf_parse_int("-R", optarg, 0, 1); break;
         case 'd':
             o->ndtypes = perf_parse_list("-d", optarg, perf_dtype_by_name, RCC_NUM_DATATYPES, list);
             for (int k = 0; k < o->ndtypes; k++)
@@ -995,6 +999,12 @@ int main(int argc, char **argv)
     struct perf_bufs b;
     b.send = perf_alloc(o.maxbytes + PERF_CANARY_BYTES);
     b.recv = perf_alloc(o.maxbytes + PERF_CANARY_BYTES);
+    rcc_memreg_t reg_send = NULL, reg_recv = NULL;
+    if (o.reg && ((rc = rcc_comm_register(perf_comm, b.send, o.maxbytes + PERF_CANARY_BYTES,
+                                          &reg_send)) != RCC_SUCCESS ||
+                  (rc = rcc_comm_register(perf_comm, b.recv, o.maxbytes + PERF_CANARY_BYTES,
+                                          &reg_recv)) != RCC_SUCCESS))
+        perf_fail("rcc_comm_register", rc);
     b.in_period = perf_alloc(PERF_PERIOD * sizeof(uint64_t));
     b.exp_period = perf_alloc(PERF_PERIOD * sizeof(uint64_t));
     b.times = perf_alloc((size_t)o.iters * sizeof(double));
@@ -1084,6 +1094,10 @@ int main(int argc, char **argv)
      * the others, which could lose the summary above. */
     uint64_t done = 0, all_done;
     perf_allreduce(&done, &all_done, 1, RCC_UINT64, RCC_SUM);
+    if (reg_send && (rc = rcc_comm_deregister(perf_comm, reg_send)) != RCC_SUCCESS)
+        perf_fail("rcc_comm_deregister", rc);
+    if (reg_recv && (rc = rcc_comm_deregister(perf_comm, reg_recv)) != RCC_SUCCESS)
+        perf_fail("rcc_comm_deregister", rc);
     free(b.send);
     free(b.recv);
     free(b.in_period);

@@ -250,6 +250,44 @@ RCC_API rcc_result_t rcc_comm_size(const rcc_comm_t comm, int *size);
 RCC_API const char *rcc_last_error(rcc_comm_t comm);
 
 /* ---------------------------------------------------------------------------
+ * Registered memory (NCCL's ncclCommRegister)
+ *
+ * Registering a long-lived buffer (host or device memory) with a
+ * communicator lets transports that read memory themselves send from it
+ * without copying it into their own buffers first: ibverbs, whose adapter
+ * reads registered host memory, and device memory directly where GPUDirect
+ * RDMA works (a dma-buf, or nvidia-peermem). An operation uses a
+ * registration that covers the whole of what it sends; results are the same
+ * with or without one, so registering is only ever an optimisation, and
+ * ranks register independently (no collective call). Registrations may
+ * overlap. Over TCP and CUDA IPC registering does nothing (those copy
+ * anyway), and costs nothing.
+ * ------------------------------------------------------------------------- */
+
+/* An opaque registration handle. */
+typedef struct rcc_memreg *rcc_memreg_t;
+
+/* Registers [buf, buf + bytes), which must stay allocated until
+ * rcc_comm_deregister, with comm's transports. A transport that cannot
+ * register it (no RDMA device, device memory without GPUDirect RDMA, its
+ * registration table full) goes on copying, and RCC_DEBUG=INFO says why:
+ * that is not an error. Blocking: registers now (pinning pages takes time
+ * in proportion to the size). Thread-safe.
+ * Errors: RCC_ERR_INVALID_ARGUMENT (NULL buf or handle, bytes 0, a range
+ * that wraps, a communicator that is not live), RCC_ERR_NO_MEMORY. */
+RCC_API rcc_result_t rcc_comm_register(rcc_comm_t comm, void *buf, size_t bytes,
+                                       rcc_memreg_t *handle);
+/* Ends a registration. Operations called later do not use it; operations
+ * still running that have begun sending from it keep the transports'
+ * registration until they end (the others copy what they send), so the
+ * memory may be freed as soon as those operations are complete (as with any
+ * of their buffers). Never blocks on the network; thread-safe. A
+ * communicator's registrations end with it.
+ * Errors: RCC_ERR_INVALID_ARGUMENT (a handle that is not one of comm's live
+ * registrations: deregistered already, or of another communicator). */
+RCC_API rcc_result_t rcc_comm_deregister(rcc_comm_t comm, rcc_memreg_t handle);
+
+/* ---------------------------------------------------------------------------
  * Collectives on host memory
  *
  * Blocking variants return when this rank's part is complete and the result

@@ -17,10 +17,10 @@
 #include "envjob.h"
 #include "hash.h"
 #include "log.h"
+#include "memreg.h"
 #include "params.h"
 #include "rcc_config.h"
 
-#define COMM_MAX_TRANSPORTS 8
 #define COMM_SETUP_SLICE_NS (50ll * 1000000) /* accept waits between bootstrap checks */
 #define COMM_NOTICE_WAIT_NS (200ll * 1000000) /* for a failed neighbour's reason */
 
@@ -252,7 +252,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     char saved_text[RCCI_ERR_TEXT_BYTES], saved_cause[RCCI_ERR_TEXT_BYTES];
     snprintf(saved_text, sizeof saved_text, "%s", rcci_tls_error());
     snprintf(saved_cause, sizeof saved_cause, "%s", rcci_tls_cause());
-    for (int i = 0; rcci_transports[i] && i < COMM_MAX_TRANSPORTS; i++) {
+    for (int i = 0; rcci_transports[i] && i < RCCI_COMM_MAX_TRANSPORTS; i++) {
         const rcci_transport_t *tr = rcci_transports[i];
         if (*only && strcmp(only, tr->name) != 0)
             continue;
@@ -394,7 +394,9 @@ static void comm_free(struct rcc_comm *comm)
     }
     rcci_ring_close(comm);
     rcci_timeline_close(comm->tl);
-    for (int i = 0; rcci_transports[i] && i < COMM_MAX_TRANSPORTS; i++)
+    rcci_streams_free(comm); /* its staging first: registered with the transports */
+    rcci_memreg_free_all(comm);
+    for (int i = 0; rcci_transports[i] && i < RCCI_COMM_MAX_TRANSPORTS; i++)
         if (comm->tctx[i])
             rcci_transports[i]->fini(comm->tctx[i]);
     rcci_bootstrap_destroy(comm->bootstrap);
@@ -404,12 +406,12 @@ static void comm_free(struct rcc_comm *comm)
         close(comm->wake_fd);
     free(comm->slot_mem);
     free(comm->stage_mem);
-    rcci_streams_free(comm);
     free(comm->scratch);
     free(comm->heard);
     free(comm->heard_valid);
     free(comm->fusion_cache);
     pthread_mutex_destroy(&comm->lock);
+    pthread_mutex_destroy(&comm->reg_lock);
     pthread_cond_destroy(&comm->cond);
     free(comm);
 }
@@ -425,6 +427,7 @@ static rcc_result_t comm_new(int rank, int nranks, uint64_t comm_id, const rcc_c
     comm->comm_id = comm_id;
     comm->epoll_fd = comm->wake_fd = -1;
     pthread_mutex_init(&comm->lock, NULL);
+    pthread_mutex_init(&comm->reg_lock, NULL);
     rcci_cond_init_monotonic(&comm->cond);
     rcci_log_set_rank(rank);
     *out = comm;
@@ -445,6 +448,10 @@ static rcc_result_t comm_setup(struct rcc_comm *comm)
             posix_memalign((void **)&comm->stage_mem, 4096, slot_bytes))
             RCC_FAIL(RCC_ERR_NO_MEMORY, "%d receive slots of %zu bytes", comm->slots,
                      comm->chunk_bytes);
+        /* Partial results are sent from it: sent without a copy where the
+         * ring's transport can (ibverbs). */
+        struct rcc_memreg *reg;
+        RCC_CHECK(rcci_memreg_add(comm, comm->stage_mem, slot_bytes, 1, &reg));
     }
     /* Every rank left the barrier above within a message's latency of the
      * others: the moment the timeline merge aligns the ranks' clocks on. */

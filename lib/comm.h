@@ -23,6 +23,9 @@
  * stalled rank waits in and failure notices (watch.c). */
 enum { RCCI_LANE_USER = 0, RCCI_LANE_COLL = 1, RCCI_LANE_CTRL = 2, RCCI_P2P_LANES = 3 };
 
+/* Transport contexts a communicator can hold (rcci_transports[] is shorter). */
+#define RCCI_COMM_MAX_TRANSPORTS 8
+
 /* How many finished operations' signatures a communicator remembers. */
 #define RCCI_FINISHED_SIGS 8
 
@@ -153,7 +156,7 @@ struct rcc_comm {
     rcci_bootstrap_t *bootstrap;
 
     /* Transports in use: one context per transport of rcci_transports[]. */
-    void *tctx[8];
+    void *tctx[RCCI_COMM_MAX_TRANSPORTS];
     rcci_link_t send_link; /* to rank + 1 */
     rcci_link_t recv_link; /* from rank - 1 */
     /* The device ring (devring.c): the same edges over a transport that
@@ -163,6 +166,12 @@ struct rcc_comm {
     int devring_whole; /* every edge of the ring has a device connection (the same on all ranks) */
     struct rcci_windows *dwindows; /* the next rank's outputs mapped (coll/pipeline.c) */
     uint64_t direct_sends;         /* chunks written straight into the next rank's output */
+    /* Registered memory (memreg.h), under reg_lock; sends that went from it
+     * without a copy (counted by the engine's driver). */
+    pthread_mutex_t reg_lock;
+    struct rcc_memreg *regs;
+    uint64_t zero_copy_sends;
+    uint64_t gdr_sends; /* of which chunks of device memory (GPUDirect RDMA, coll/pipeline.c) */
     rcci_p2p_links_t p2p;
     int poll_ms;           /* set by an executor waiting on something epoll cannot see */
     int spin_score;        /* progress.c: how often polling before sleeping was in vain */

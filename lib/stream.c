@@ -42,6 +42,7 @@
 #include "comm.h"
 #include "devapi.h"
 #include "log.h"
+#include "memreg.h"
 #include "params.h"
 #include "rcc_config.h"
 
@@ -121,6 +122,7 @@ int rcc_cuda_available(void)
 /* ---- a communicator's stream state ------------------------------------- */
 
 struct rcci_streams {
+    struct rcc_comm *comm;
     const rcci_devapi_t *dev;
     volatile uint32_t *flags; /* pair k: start at 2k, done at 2k + 1 */
     uint32_t tickets;         /* the last handed out (never 0); under comm->lock */
@@ -155,6 +157,7 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
         if (!s) {
             res = rcci_error(RCC_ERR_NO_MEMORY, "stream state");
         } else {
+            s->comm = comm;
             s->dev = rcci_devapi();
             s->device = s->dev->current_device();
             pthread_mutex_init(&s->cache_lock, NULL);
@@ -180,6 +183,13 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
 
 static void staging_reap(struct rcci_streams *s, int64_t deadline_ns);
 
+/* A staging buffer goes: its registration first (memreg.h). */
+static void staging_free(struct rcci_streams *s, void *buf)
+{
+    rcci_memreg_forget(s->comm, buf);
+    s->dev->host_free(buf);
+}
+
 void rcci_streams_free(struct rcc_comm *comm)
 {
     struct rcci_streams *s = comm->streams;
@@ -196,7 +206,7 @@ void rcci_streams_free(struct rcc_comm *comm)
                  s->npend, comm->timeout_ns / 1e9);
     free(s->pend);
     for (int i = 0; i < s->ncache; i++)
-        s->dev->host_free(s->cache[i].buf);
+        staging_free(s, s->cache[i].buf);
     free(s->cache);
     s->dev->stream_destroy(s->copy_stream);
     s->dev->host_free((void *)s->flags);
@@ -250,7 +260,7 @@ static void staging_reap(struct rcci_streams *s, int64_t deadline_ns)
                 continue; /* an error keeps it: the copies may still run */
             s->dev->event_destroy(p->event);
             if (!staging_keep(s, p->buf, p->bytes))
-                s->dev->host_free(p->buf);
+                staging_free(s, p->buf);
             s->pend[i--] = s->pend[--s->npend];
         }
         int left = s->npend;
@@ -310,7 +320,13 @@ static rcc_result_t staging_take(struct rcci_streams *s, size_t bytes, void **bu
     while (size < bytes && size <= SIZE_MAX / 2)
         size *= 2;
     *got = size < bytes ? bytes : size;
-    return s->dev->host_alloc(buf, *got);
+    rcc_result_t res = s->dev->host_alloc(buf, *got);
+    /* Sent from over the host transports: without a copy where they can
+     * (memreg.h). Kept until freed, as the buffer is. */
+    struct rcc_memreg *reg;
+    if (res == RCC_SUCCESS && rcci_memreg_add(s->comm, *buf, *got, 1, &reg) != RCC_SUCCESS)
+        RCC_TRACE("staging of %zu bytes stays unregistered: %s", *got, rcci_tls_error());
+    return res;
 }
 
 /* Back to the cache (freed with the communicator, see STAGING_MIN_BYTES).
@@ -321,7 +337,7 @@ static void staging_give(struct rcci_streams *s, void *buf, size_t bytes)
     int kept = staging_keep(s, buf, bytes);
     pthread_mutex_unlock(&s->cache_lock);
     if (!kept)
-        s->dev->host_free(buf);
+        staging_free(s, buf);
 }
 
 /* ---- staging on the caller's stream ---------------------------------------- */

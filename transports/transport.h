@@ -11,7 +11,9 @@
  * Threading: one transport context (`tctx`) belongs to one communicator.
  * Every call on a context, its listeners, connections and requests is made
  * from one thread at a time (the communicator's bootstrap thread during
- * init, its progress thread afterwards), except sweep_listener. Transports
+ * init, its progress thread afterwards), except sweep_listener, reg_mem and
+ * dereg_mem, which any thread may call at any time (the engine registers
+ * on the caller's thread: rcc_comm_register). Transports
  * keep no global mutable state except inside init/fini.
  *
  * Blocking: only connect, accept and connect_start (where it is connect
@@ -45,6 +47,10 @@ enum {
     RCCI_CAP_DEVICE_MEM = 1u << 1, /* isend/irecv/write accept device (CUDA) memory */
     RCCI_CAP_SAME_HOST = 1u << 2,  /* only connects processes on one host (CUDA IPC) */
     RCCI_CAP_NEEDS_REG = 1u << 3,  /* buffers must be registered with reg_mem before use */
+    /* isend given a registration (reg_mem) sends from the memory itself
+     * (host, or device memory where reg_mem took it), with no copy into
+     * the transport's buffers: worth registering long-lived buffers for. */
+    RCCI_CAP_ZERO_COPY_SEND = 1u << 4,
 };
 
 /* Where a buffer lives. */

@@ -24,6 +24,7 @@
 #include "clock.h"
 #include "comm.h"
 #include "log.h"
+#include "memreg.h"
 #include "params.h"
 #include "reduce.h"
 
@@ -52,6 +53,7 @@ struct rcci_exec {
     rcci_round_fn next_round;
     void *state;
     rcci_p2p_msg_t *own_msgs;
+    rcci_memreg_held_t held; /* registered memory its sends go from (memreg.h) */
 };
 
 static rcc_result_t p2p_fail(struct rcc_comm *comm, rcci_exec_t *x, rcc_result_t res, int i)
@@ -238,7 +240,10 @@ again:
             if (res == RCC_SUCCESS && conn) {
                 rcci_tag_t tag;
                 p2p_tag(x, m, st->seq, &tag);
-                res = m->is_send ? p->tr->isend(conn, m->buf, m->bytes, &tag, NULL, &st->req)
+                res = m->is_send ? p->tr->isend(conn, m->buf, m->bytes, &tag,
+                                                rcci_memreg_send_mr(comm, &x->held, p->tr, m->buf,
+                                                                    m->bytes),
+                                                &st->req)
                                  : p->tr->irecv(conn, m->buf, m->bytes, &tag, NULL, &st->req);
                 if (res == RCC_SUCCESS)
                     st->state = P2P_POSTED, (*next)++, *progressed = 1;
@@ -295,6 +300,7 @@ void rcci_p2p_finish(struct rcc_comm *comm, rcci_exec_t *x)
             comm->p2p.tr->test(x->st[i].req, &complete);
     }
     rcci_tls_error_set(error);
+    rcci_memreg_drop(comm, &x->held);
     free(x->st);
     free(x->state);
     free(x->own_msgs);

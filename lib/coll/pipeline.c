@@ -31,6 +31,7 @@
 #include "comm.h"
 #include "devapi.h"
 #include "log.h"
+#include "memreg.h"
 #include "reduce.h"
 #include "schedule.h"
 
@@ -45,6 +46,7 @@ struct rcci_exec {
     const rcci_link_t *sl, *rl; /* the edges it runs on: the host ring's or the device ring's */
     size_t snconns, rnconns;    /* connections it deals over on each */
     rcci_tag_t tag;             /* every message of the operation carries it */
+    rcci_memreg_held_t held;    /* registered memory its sends go from (memreg.h) */
     /* Device buffers (rcci_coll_start_device): every chunk goes through a
      * pinned slot; the copies and reductions run on `dstream`, and a step
      * counts as done when its event has completed. Receives are posted,
@@ -55,6 +57,11 @@ struct rcci_exec {
     void *dstream;
     char *pin_recv, *pin_send; /* `slots` chunks each */
     void **rev, **sev;         /* an event per slot */
+    /* Per send slot: where the staged send goes from (its pinned slot, or
+     * the device buffer itself over GPUDirect RDMA or the device ring) and
+     * the registration it goes with (NULL: none, copied by the transport). */
+    const char **sfrom;
+    rcci_mr_t **smr;
     size_t recv_landed, send_staged;
     /* Edges of the device ring: no staging. Receives that reduce land in
      * `dslots` (device memory), the others in the output, and both wait
@@ -111,10 +118,12 @@ static rcc_result_t pipe_scratch(struct rcc_comm *comm, size_t bytes)
     void *p = NULL;
     if (posix_memalign(&p, 4096, bytes) != 0)
         return rcci_error(RCC_ERR_NO_MEMORY, "%zu bytes of scratch for partial results", bytes);
+    rcci_memreg_forget(comm, comm->scratch);
     free(comm->scratch);
     comm->scratch = p;
     comm->scratch_bytes = bytes;
-    return RCC_SUCCESS;
+    struct rcc_memreg *reg; /* partial results are sent from it (stage_mem's note, comm.c) */
+    return rcci_memreg_add(comm, p, bytes, 1, &reg);
 }
 
 /* Chunks of RCC_CHUNK_BYTES, but at least PIPE_MIN_CHUNKS per segment (down
@@ -311,7 +320,9 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op, const 
     x->sev = calloc(slots, sizeof *x->sev);
     x->rview = calloc(slots, sizeof *x->rview);
     x->rinplace = calloc(slots, 1);
-    if (!x->rev || !x->sev || !x->rview || !x->rinplace)
+    x->sfrom = calloc(slots, sizeof *x->sfrom);
+    x->smr = calloc(slots, sizeof *x->smr);
+    if (!x->rev || !x->sev || !x->rview || !x->rinplace || !x->sfrom || !x->smr)
         return rcci_error(RCC_ERR_NO_MEMORY, "event table");
     for (size_t i = 0; i < slots && res == RCC_SUCCESS; i++) {
         res = dev->event_create(&x->rev[i]);
@@ -598,6 +609,17 @@ static rcc_result_t pipe_land_copy(rcci_exec_t *x, char *dst, char *fwd, const c
     return res;
 }
 
+/* Send slot k goes from its pinned slot: `src`, when given, is copied
+ * there on the stream (else the work that lands a receive writes it). */
+static rcc_result_t pipe_send_from_pin(struct rcc_comm *comm, rcci_exec_t *x, size_t k,
+                                       const char *src, size_t bytes)
+{
+    char *pin = x->pin_send + k * x->chunk_bytes;
+    x->sfrom[k] = pin;
+    x->smr[k] = rcci_memreg_send_mr(comm, &x->held, x->sl->tr, pin, bytes);
+    return src ? x->dev->copy(pin, src, bytes, x->dstream) : RCC_SUCCESS;
+}
+
 /* Queues the device work of receive recv_landed, which has arrived: the
  * reduction into its result (or the copy to its destination), writing the
  * send that forwards it in the same pass where that can go now; then the
@@ -637,6 +659,7 @@ static rcc_result_t pipe_land_device(struct rcc_comm *comm, rcci_exec_t *x,
         return res;
     size_t sk = x->send_staged % slots;
     if (!fused) { /* staged with it */
+        pipe_send_from_pin(comm, x, sk, NULL, bytes);
         x->send_staged++;
         return x->dev->event_record(x->sev[sk], x->dstream);
     }
@@ -736,9 +759,8 @@ static rcc_result_t pipe_sends_device(struct rcc_comm *comm, rcci_exec_t *x, int
         size_t k = x->send_posted % slots;
         res = dev_ready(x, x->sev[k], step.count, &ready);
         if (res == RCC_SUCCESS && ready && step.count > 0)
-            res = sl->tr->isend(sl->conns[x->send_posted % x->snconns],
-                                x->sdirect ? step.src : x->pin_send + k * x->chunk_bytes,
-                                step.count * esize, &x->tag, NULL, &x->sreq[k]);
+            res = sl->tr->isend(sl->conns[x->send_posted % x->snconns], x->sfrom[k],
+                                step.count * esize, &x->tag, x->smr[k], &x->sreq[k]);
         if (res != RCC_SUCCESS)
             return pipe_fail(comm, x, res, x->send_posted, 1);
         if (!ready)
@@ -752,12 +774,20 @@ static rcc_result_t pipe_sends_device(struct rcc_comm *comm, rcci_exec_t *x, int
         if (step.dep >= 0 && (size_t)step.dep >= x->recv_done)
             break; /* what it forwards has not been reduced yet */
         if (step.count > 0) {
-            /* Direct: no copy, only the event that says the stream's work
-             * before it (the local copy, the reduction it forwards) is done. */
-            size_t k = x->send_staged % slots;
-            res = x->sdirect ? RCC_SUCCESS
-                             : x->dev->copy(x->pin_send + k * x->chunk_bytes, step.src,
-                                            step.count * esize, x->dstream);
+            /* Direct (the device ring, or device memory registered for
+             * GPUDirect RDMA): no copy, only the event that says the
+             * stream's work before it (the local copy, the reduction it
+             * forwards) is done. */
+            size_t k = x->send_staged % slots, bytes = step.count * esize;
+            rcci_mr_t *gdr =
+                x->sdirect ? NULL : rcci_memreg_send_mr(comm, &x->held, sl->tr, step.src, bytes);
+            res = RCC_SUCCESS;
+            if (gdr) /* tests read it */
+                __atomic_fetch_add(&comm->gdr_sends, 1, __ATOMIC_RELAXED);
+            if (x->sdirect || gdr)
+                x->sfrom[k] = step.src, x->smr[k] = gdr;
+            else
+                res = pipe_send_from_pin(comm, x, k, step.src, bytes);
             if (res == RCC_SUCCESS)
                 res = x->dev->event_record(x->sev[k], x->dstream);
             if (res != RCC_SUCCESS)
@@ -849,8 +879,10 @@ rcc_result_t rcci_coll_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progr
         if (step.dep >= 0 && (size_t)step.dep >= x->recv_done)
             break; /* what it forwards has not arrived (or been reduced) yet */
         if (step.count > 0) {
-            res = sl->tr->isend(sl->conns[x->send_posted % x->nconns], step.src, step.count * esize,
-                                &x->tag, NULL, &x->sreq[x->send_posted % slots]);
+            size_t bytes = step.count * esize;
+            res = sl->tr->isend(sl->conns[x->send_posted % x->nconns], step.src, bytes, &x->tag,
+                                rcci_memreg_send_mr(comm, &x->held, sl->tr, step.src, bytes),
+                                &x->sreq[x->send_posted % slots]);
             if (res != RCC_SUCCESS)
                 return pipe_fail(comm, x, res, x->send_posted, 1);
             RCCI_TL(comm, rcci_tl_post(comm->tl, RCCI_TL_SEND, x->send_posted, sl->peer,
@@ -971,12 +1003,15 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
     free(x->sev);
     free(x->rview);
     free(x->rinplace);
+    free(x->sfrom);
+    free(x->smr);
     /* A window message still queued is freed with its connection, which a
      * drained operation has closed; otherwise its buffer must outlive it. */
     if (drained || (!x->wsreq && !x->wrreq)) {
         free(x->wmine);
         free(x->wtheirs);
     }
+    rcci_memreg_drop(comm, &x->held);
     free(x->sreq);
     free(x->rreq);
     free(x);

@@ -370,6 +370,10 @@ static int check_errors(ncclComm_t comm, int rank, int nranks)
     ncclWindow_t win = NULL;
     CHECK_NCCL(ncclCommWindowRegister(comm, x, sizeof x, &win, 0));
     CHECK_NCCL(ncclCommWindowDeregister(comm, win));
+    void *reg = NULL; /* a ringcc registration underneath, which checks the range */
+    EXPECT_FAIL(ncclCommRegister(comm, NULL, 64, &reg), ncclInvalidArgument, "cannot register");
+    CHECK_NCCL(ncclCommRegister(comm, x, sizeof x, &reg));
+    CHECK_NCCL(ncclCommDeregister(comm, reg));
     /* A simulation of a group with an operation in it is refused and the
      * group stays open; ncclGroupEnd then runs the operation. */
     ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;

@@ -1,7 +1,8 @@
 /*
  * Memory calls of the NCCL shim. ncclMemAlloc/Free use the process's CUDA runtime (cudart.c).
- * Buffer and window registration only speed NCCL up (zero-copy, symmetric kernels); ringcc
- * needs neither, so they succeed and hand out a handle that deregistration checks and frees.
+ * Buffer and window registration become ringcc registrations (rcc_comm_register: zero-copy
+ * sends where the transport has them); the handle is the shim's own, which deregistration
+ * checks before it ends the ringcc registration and frees it.
  */
 #include <stdlib.h>
 
@@ -14,6 +15,7 @@ typedef struct {
     struct ncclComm *comm;
     void *buff;
     size_t size;
+    rcc_memreg_t reg;
 } registration_t;
 
 SHIM_API ncclResult_t pncclMemAlloc(void **ptr, size_t size)
@@ -60,6 +62,11 @@ static ncclResult_t reg_make(ncclComm_t comm, void *buff, size_t size, void **ha
     if (!r)
         return shim_fail(ncclSystemError, func, "out of memory");
     *r = (registration_t){.magic = REG_MAGIC, .comm = c, .buff = buff, .size = size};
+    ncclResult_t res = shim_check(rcc_comm_register(c->rcc, buff, size, &r->reg), func, c->rcc);
+    if (res != ncclSuccess) {
+        free(r);
+        return res;
+    }
     *handle = r;
     return ncclSuccess;
 }
@@ -74,9 +81,10 @@ static ncclResult_t reg_free(ncclComm_t comm, void *handle, const char *func)
     if (!r || r->magic != REG_MAGIC || r->comm != c)
         return shim_fail(ncclInvalidArgument, func,
                          "handle %p was not registered on this communicator", handle);
+    ncclResult_t res = shim_check(rcc_comm_deregister(c->rcc, r->reg), func, c->rcc);
     r->magic = 0;
     free(r);
-    return ncclSuccess;
+    return res;
 }
 
 SHIM_API ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size,

@@ -83,6 +83,7 @@ typedef struct {
     rcci_transport_env_t env;
     rcci_ibv_device_t dev;
     rcci_mrc_t mrs;
+    pthread_mutex_t mrs_lock; /* reg_mem and dereg_mem come from any thread (transport.h) */
     rcci_ibp_geom_t geom;
     pthread_mutex_t listeners_lock;
     rcci_listener_t *listeners; /* connect keeps them moving while it waits */
@@ -275,6 +276,7 @@ static rcc_result_t verbs_init(const rcci_transport_env_t *env, void **tctx)
         return rcci_error(RCC_ERR_NO_MEMORY, "verbs context");
     ctx->env = *env;
     pthread_mutex_init(&ctx->listeners_lock, NULL);
+    pthread_mutex_init(&ctx->mrs_lock, NULL);
     ctx->geom = (rcci_ibp_geom_t){.nslots = (uint32_t)rcci_param_int(RCCI_PARAM_IB_SLOTS),
                                   .slot_bytes = (uint32_t)rcci_param_int(RCCI_PARAM_IB_SLOT_BYTES)};
     RCC_CHECK(rcci_ibp_geom_check(&ctx->geom, "RCC_IB_SLOTS/RCC_IB_SLOT_BYTES"));
@@ -286,6 +288,7 @@ static rcc_result_t verbs_init(const rcci_transport_env_t *env, void **tctx)
 out:
     if (res != RCC_SUCCESS) {
         pthread_mutex_destroy(&ctx->listeners_lock);
+        pthread_mutex_destroy(&ctx->mrs_lock);
         free(ctx);
     } else {
         *tctx = ctx;
@@ -299,6 +302,7 @@ static void verbs_fini(void *tctx)
     rcci_mrc_fini(&ctx->mrs);
     rcci_ibv_device_close(&ctx->dev);
     pthread_mutex_destroy(&ctx->listeners_lock);
+    pthread_mutex_destroy(&ctx->mrs_lock);
     free(ctx);
 }
 
@@ -877,7 +881,9 @@ static rcc_result_t verbs_reg_mem(void *tctx, void *ptr, size_t bytes, rcci_mem_
     if (!mr)
         return rcci_error(RCC_ERR_NO_MEMORY, "verbs memory handle");
     mr->type = type;
+    pthread_mutex_lock(&ctx->mrs_lock);
     rcc_result_t res = rcci_mrc_get(&ctx->mrs, ptr, bytes, (int)type, &mr->entry);
+    pthread_mutex_unlock(&ctx->mrs_lock);
     if (res != RCC_SUCCESS) {
         free(mr);
         return res;
@@ -890,7 +896,9 @@ static rcc_result_t verbs_dereg_mem(void *tctx, rcci_mr_t *mr)
 {
     verbs_ctx_t *ctx = tctx;
     if (mr) { /* the caller may free the memory now: no stale entry stays */
+        pthread_mutex_lock(&ctx->mrs_lock);
         rcci_mrc_put(&ctx->mrs, mr->entry);
+        pthread_mutex_unlock(&ctx->mrs_lock);
         free(mr);
     }
     return RCC_SUCCESS;
@@ -1329,7 +1337,9 @@ const rcci_transport_t rcci_transport_ibverbs = {
     .abi = RCCI_TRANSPORT_ABI,
     .size = sizeof(rcci_transport_t),
     .name = "ibverbs",
-    .caps = 0, /* staged: host memory, two-sided (write is for later) */
+    /* Two-sided (write is for later); registered memory, device memory
+     * included (GPUDirect RDMA), is sent from where it lies. */
+    .caps = RCCI_CAP_ZERO_COPY_SEND,
     .init = verbs_init,
     .fini = verbs_fini,
     .can_connect = verbs_can_connect,
