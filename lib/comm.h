@@ -164,7 +164,6 @@ struct rcc_comm {
      * nconns 0 where an edge has none. */
     rcci_link_t dsend_link, drecv_link;
     int devring_whole; /* every edge of the ring has a device connection (the same on all ranks) */
-    struct rcci_windows *dwindows; /* the next rank's outputs mapped (coll/pipeline.c) */
     uint64_t direct_sends;         /* chunks written straight into the next rank's output */
     /* Registered memory (memreg.h), under reg_lock; sends that went from it
      * without a copy (counted by the engine's driver). */
@@ -367,10 +366,6 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
                                     const struct rcci_devapi *dev, void *dstream, char *pinned,
                                     char *dscratch, char *dslots, rcci_exec_t **exec);
 size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
-/* Unmaps the next rank's output buffers that device operations mapped
- * (their windows); with the device ring's connections, when no device
- * operation runs any more. */
-void rcci_coll_windows_close(struct rcc_comm *comm);
 /* The chunk (bytes) device operation `op` runs with: at most
  * RCC_DEVICE_CHUNK_BYTES, at least 2 per segment where every edge of the
  * ring has a device connection (devring_whole) and 8 where some are staged

@@ -83,3 +83,16 @@ void rcci_ipcmem_close(void *p, size_t bytes)
     if (p)
         munmap(p, bytes);
 }
+
+char rcci_process_state(int32_t pid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int n = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    const char *end = n ? strrchr(line, ')') : NULL; /* the command's name may hold spaces */
+    return end && end[1] == ' ' ? end[2] : '?';
+}

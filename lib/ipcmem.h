@@ -37,4 +37,10 @@ void rcci_ipcmem_free(void *p, const rcci_ipcmem_handle_t *handle);
 rcc_result_t rcci_ipcmem_open(const rcci_ipcmem_handle_t *handle, void **p);
 void rcci_ipcmem_close(void *p, size_t bytes);
 
+/* The state letter of process `pid` on this host, as /proc/PID/stat gives
+ * it ('R', 'S', 'T' stopped, 'Z' zombie...), or 0 when there is no such
+ * process: whether the process that exported or opened memory still runs
+ * (a zombie's mappings are gone already). */
+char rcci_process_state(int32_t pid);
+
 #endif /* RINGCC_IPCMEM_H */

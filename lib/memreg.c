@@ -49,8 +49,8 @@ rcc_result_t rcci_memreg_add(struct rcc_comm *comm, void *buf, size_t bytes, int
     struct rcc_memreg *reg = calloc(1, sizeof *reg);
     if (!reg)
         return rcci_error(RCC_ERR_NO_MEMORY, "registration of %zu bytes", bytes);
-    *reg = (struct rcc_memreg){.base = buf, .bytes = bytes, .internal = internal, .live = 1,
-                                .refs = 1};
+    *reg = (struct rcc_memreg){
+        .base = buf, .bytes = bytes, .internal = internal, .live = 1, .refs = 1};
     const rcci_devapi_t *dev = rcci_devapi();
     int device = !internal && dev && rcci_stream_usable() && dev->is_device(buf);
     char saved[RCCI_ERR_TEXT_BYTES];
@@ -65,8 +65,8 @@ rcc_result_t rcci_memreg_add(struct rcc_comm *comm, void *buf, size_t bytes, int
         reg->mr[i] = NULL;
         /* Not an error: sends from it are copied, as without registering. */
         if (internal)
-            RCC_TRACE("%s: %zu bytes of the library's memory at %p stay unregistered: %s",
-                      tr->name, bytes, buf, rcci_tls_error());
+            RCC_TRACE("%s: %zu bytes of the library's memory at %p stay unregistered: %s", tr->name,
+                      bytes, buf, rcci_tls_error());
         else
             RCC_INFO("%s cannot register %zu bytes of %s memory at %p (%s): sends from it are "
                      "copied",
@@ -136,7 +136,8 @@ rcci_mr_t *rcci_memreg_send_mr(struct rcc_comm *comm, rcci_memreg_held_t *held,
     int t = 0;
     while (t < RCCI_COMM_MAX_TRANSPORTS && rcci_transports[t] && rcci_transports[t] != tr)
         t++;
-    if (t == RCCI_COMM_MAX_TRANSPORTS || !rcci_transports[t] || !(tr->caps & RCCI_CAP_ZERO_COPY_SEND))
+    if (t == RCCI_COMM_MAX_TRANSPORTS || !rcci_transports[t] ||
+        !(tr->caps & RCCI_CAP_ZERO_COPY_SEND))
         return NULL;
     for (int i = 0; i < held->n; i++)
         if (memreg_covers(held->reg[i], t, buf, bytes)) {
@@ -193,8 +194,8 @@ rcc_result_t rcc_comm_register(rcc_comm_t comm, void *buf, size_t bytes, rcc_mem
         return res;
     rcci_comm_enter(comm);
     if (!handle)
-        return rcci_comm_leave(comm, rcci_error(RCC_ERR_INVALID_ARGUMENT,
-                                                "rcc_comm_register: handle is NULL"));
+        return rcci_comm_leave(
+            comm, rcci_error(RCC_ERR_INVALID_ARGUMENT, "rcc_comm_register: handle is NULL"));
     *handle = NULL;
     res = rcci_memreg_add(comm, buf, bytes, 0, handle);
     if (res != RCC_SUCCESS)

@@ -46,6 +46,10 @@
     X(CUDAIPC_SLOT_BYTES, INT, "8M", 65536, 268435456,                                             \
       "cudaipc transport: bytes per receive slot (8 per connection, device memory); a message "   \
       "larger fills several and is copied out of them")                                           \
+    X(CUDAIPC_WINDOW_BYTES, INT, "16M", 0, 1ll << 40,                                              \
+      "device ring: allreduces and allgathers of at least this many bytes write chunks straight "  \
+      "into the next rank's output, which it maps by IPC for the operation; smaller ones go "      \
+      "through the receive slots; must be the same on every rank")                                \
     X(NSOCKS, INT, "2", 1, 8,                                                                      \
       "connections (TCP sockets) per ring edge; the chunks of operations of RCC_NSOCKS_MIN_BYTES " \
       "or more are dealt round-robin over them; must be the same on every rank")                   \

@@ -66,7 +66,6 @@ void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text)
 
 void rcci_ring_close(struct rcc_comm *comm)
 {
-    rcci_coll_windows_close(comm);
     for (int i = 0; i < RING_LINKS; i++) {
         rcci_link_t *link = rcci_ring_link(comm, i);
         for (int c = 0; c < link->nconns; c++) {

@@ -32,6 +32,7 @@
 #include "devapi.h"
 #include "log.h"
 #include "memreg.h"
+#include "params.h"
 #include "reduce.h"
 #include "schedule.h"
 
@@ -80,7 +81,16 @@ struct rcci_exec {
     int window;                           /* this operation exchanges windows (alike on all ranks) */
     struct pipe_window_msg *wmine, *wtheirs;
     rcci_request_t *wsreq, *wrreq;
-    char *wnext;            /* the next rank's recvbuf, mapped here; NULL: not (yet) */
+    char *wbase;            /* the next rank's allocation, mapped for this operation only */
+    char *wnext;            /* the next rank's recvbuf in it; NULL: not (yet) mapped */
+    /* The end of the windows: "unmapped", to the next rank once this rank
+     * is done writing into its output (and has unmapped it), and from the
+     * previous rank, without which this operation does not end (its caller
+     * may free the output once it has, and CUDA forbids freeing memory that
+     * another process still has open). */
+    uint32_t *wack; /* [0] sent, [1] received: heap, as the window messages */
+    rcci_request_t *wasreq, *warreq;
+    int wack_sent, wack_posted;
     rcci_schedule_t nsched; /* the next rank's schedule, on this rank's buffers: offsets */
     void *start_ev;
     int started;
@@ -341,13 +351,13 @@ static rcc_result_t dev_ready(rcci_exec_t *x, void *event, size_t count, int *re
 
 /* ---- windows: writing into the next rank's output -------------------------- */
 
-/* Operations of at least this many bytes exchange windows (a message each
- * way per operation; smaller ones are not worth it). */
-#define PIPE_WINDOW_MIN_BYTES (1u << 20)
-/* Mappings of next ranks' outputs kept per communicator, least recently
- * used closed first (a caching allocator hands out few distinct blocks). */
-#define PIPE_WINDOWS 8
+/* Operations of RCC_CUDAIPC_WINDOW_BYTES or more exchange windows: two
+ * messages each way, and the next rank's output mapped and unmapped again
+ * (cudaIpcOpenMemHandle is not cheap, so small operations go through the
+ * slots, in place; a mapping cannot be kept for later operations, since
+ * the buffer's owner may free it once its operation has ended). */
 #define PIPE_WINDOW_MAGIC 0x574e4457u /* "WDNW" */
+#define PIPE_UNMAPPED_MAGIC 0x504d4e55u /* "UNMP" */
 
 struct pipe_window_msg {
     uint32_t magic, ok; /* ok 0: no window (this rank's output cannot be exported) */
@@ -356,67 +366,28 @@ struct pipe_window_msg {
     uint8_t handle[RCCI_IPC_HANDLE_BYTES];
 };
 
-struct rcci_windows {
-    const rcci_devapi_t *dev;
-    uint64_t clock;
-    struct {
-        uint8_t handle[RCCI_IPC_HANDLE_BYTES];
-        char *base;
-        size_t bytes; /* mapped, as the mapping says */
-        uint64_t used;
-    } map[PIPE_WINDOWS];
-};
-
-void rcci_coll_windows_close(struct rcc_comm *comm)
+/* The peer's allocation behind `handle`, mapped, and its size. */
+static rcc_result_t pipe_window_map(const rcci_devapi_t *dev, const uint8_t *handle, char **base,
+                                    size_t *bytes)
 {
-    struct rcci_windows *w = comm->dwindows;
-    for (int i = 0; w && i < PIPE_WINDOWS; i++)
-        if (w->map[i].base)
-            w->dev->ipc_close(w->map[i].base);
-    free(w);
-    comm->dwindows = NULL;
-}
-
-/* The base and size of the peer's allocation behind `handle`, mapped once
- * per communicator. Operations run one at a time, so the one evicted is no
- * longer written. */
-static rcc_result_t pipe_window_map(struct rcc_comm *comm, const rcci_devapi_t *dev,
-                                    const uint8_t *handle, char **base, size_t *bytes)
-{
-    struct rcci_windows *w = comm->dwindows;
-    if (!w && !(w = comm->dwindows = calloc(1, sizeof *w)))
-        return rcci_error(RCC_ERR_NO_MEMORY, "window table");
-    w->dev = dev;
-    int slot = 0;
-    for (int i = 0; i < PIPE_WINDOWS; i++) {
-        if (w->map[i].base && !memcmp(w->map[i].handle, handle, RCCI_IPC_HANDLE_BYTES)) {
-            w->map[i].used = ++w->clock;
-            *base = w->map[i].base;
-            *bytes = w->map[i].bytes;
-            return RCC_SUCCESS;
-        }
-        if (!w->map[i].base || (w->map[slot].base && w->map[i].used < w->map[slot].used))
-            slot = i;
-    }
-    if (w->map[slot].base)
-        dev->ipc_close(w->map[slot].base);
-    w->map[slot].base = NULL;
     void *p;
-    size_t size;
     rcc_result_t res = dev->ipc_open(handle, &p);
     if (res != RCC_SUCCESS)
         return res;
-    if ((res = dev->ipc_size(p, &size)) != RCC_SUCCESS) {
+    if ((res = dev->ipc_size(p, bytes)) != RCC_SUCCESS) {
         dev->ipc_close(p);
         return res;
     }
-    memcpy(w->map[slot].handle, handle, RCCI_IPC_HANDLE_BYTES);
-    w->map[slot].base = p;
-    w->map[slot].bytes = size;
-    w->map[slot].used = ++w->clock;
     *base = p;
-    *bytes = size;
     return RCC_SUCCESS;
+}
+
+/* Unmaps the next rank's output (nothing of this rank writes it any more). */
+static void pipe_window_unmap(rcci_exec_t *x)
+{
+    if (x->wbase)
+        x->dev->ipc_close(x->wbase);
+    x->wbase = x->wnext = NULL;
 }
 
 /* Starts the window exchange of a device operation on a whole device ring
@@ -428,13 +399,15 @@ static rcc_result_t pipe_window_start(struct rcc_comm *comm, rcci_exec_t *x)
     const rcci_op_t *op = x->op;
     int ring = op->coll == RCCI_COLL_ALLGATHER || (op->coll == RCCI_COLL_ALLREDUCE && !op->rounds);
     size_t bytes = op->count * x->sched.esize * (op->coll == RCCI_COLL_ALLGATHER ? comm->nranks : 1);
-    if (!comm->devring_whole || !ring || comm->nranks < 2 || bytes < PIPE_WINDOW_MIN_BYTES ||
-        !x->sdirect || !x->rdirect)
+    size_t min_bytes = (size_t)rcci_param_int(RCCI_PARAM_CUDAIPC_WINDOW_BYTES);
+    if (!comm->devring_whole || !ring || comm->nranks < 2 || bytes < min_bytes || !x->sdirect ||
+        !x->rdirect)
         return RCC_SUCCESS;
     x->window = 1;
     x->wmine = calloc(1, sizeof *x->wmine);
     x->wtheirs = calloc(1, sizeof *x->wtheirs);
-    if (!x->wmine || !x->wtheirs)
+    x->wack = calloc(2, sizeof *x->wack);
+    if (!x->wmine || !x->wtheirs || !x->wack)
         return rcci_error(RCC_ERR_NO_MEMORY, "window messages");
     x->wmine->magic = PIPE_WINDOW_MAGIC;
     x->wmine->bytes = bytes;
@@ -473,28 +446,9 @@ static rcc_result_t pipe_window_fail(struct rcc_comm *comm, rcci_exec_t *x, int 
     return res;
 }
 
-/* The window requests, and the next rank's window once it is there. */
-static rcc_result_t pipe_window_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progressed)
+/* The next rank's window has come: maps it where it offers one. */
+static rcc_result_t pipe_window_arrived(struct rcc_comm *comm, rcci_exec_t *x)
 {
-    int done;
-    rcc_result_t res;
-    if (x->wsreq) {
-        res = x->rl->tr->test(x->wsreq, &done);
-        if (res != RCC_SUCCESS || done)
-            x->wsreq = NULL;
-        if (res != RCC_SUCCESS)
-            return pipe_window_fail(comm, x, x->rl->peer, res);
-    }
-    if (!x->wrreq)
-        return RCC_SUCCESS;
-    res = x->sl->tr->test(x->wrreq, &done);
-    if (res != RCC_SUCCESS || done)
-        x->wrreq = NULL;
-    if (res != RCC_SUCCESS)
-        return pipe_window_fail(comm, x, x->sl->peer, res);
-    if (!done)
-        return RCC_SUCCESS;
-    *progressed = 1;
     const struct pipe_window_msg *w = x->wtheirs;
     if (w->magic != PIPE_WINDOW_MAGIC)
         return pipe_window_fail(comm, x, x->sl->peer,
@@ -506,11 +460,10 @@ static rcc_result_t pipe_window_advance(struct rcc_comm *comm, rcci_exec_t *x, i
                        (unsigned long long)w->bytes, (unsigned long long)x->wmine->bytes));
     if (!w->ok || !x->dev->ipc_size) /* no window, or no way to bound it */
         return RCC_SUCCESS;
-    char *base = NULL;
     size_t mapped = 0;
     char saved[RCCI_ERR_TEXT_BYTES];
     snprintf(saved, sizeof saved, "%s", rcci_tls_error());
-    if (pipe_window_map(comm, x->dev, w->handle, &base, &mapped) != RCC_SUCCESS) {
+    if (pipe_window_map(x->dev, w->handle, &x->wbase, &mapped) != RCC_SUCCESS) {
         RCC_INFO("op #%u: rank %d's output cannot be mapped here (%s): its chunks go through "
                  "its slots",
                  x->op->seq, x->sl->peer, rcci_tls_error());
@@ -524,8 +477,67 @@ static rcc_result_t pipe_window_advance(struct rcc_comm *comm, rcci_exec_t *x, i
                        "its window (%llu bytes at offset %llu) reaches past its allocation of %zu "
                        "bytes",
                        (unsigned long long)w->bytes, (unsigned long long)w->offset, mapped));
-    x->wnext = base + w->offset;
+    x->wnext = x->wbase + w->offset;
     return RCC_SUCCESS;
+}
+
+/* Tests a window request of `link`; *req NULL once it has ended. */
+static rcc_result_t pipe_window_test(struct rcc_comm *comm, rcci_exec_t *x, const rcci_link_t *link,
+                                     rcci_request_t **req, int *progressed)
+{
+    int done = 0;
+    rcc_result_t res = *req ? link->tr->test(*req, &done) : RCC_SUCCESS;
+    if (res != RCC_SUCCESS || done)
+        *req = NULL, *progressed = 1;
+    return res == RCC_SUCCESS ? RCC_SUCCESS : pipe_window_fail(comm, x, link->peer, res);
+}
+
+/* The window messages: this rank's window to the previous rank, the next
+ * rank's (mapped once it is there); at the end, "unmapped" each way. */
+static rcc_result_t pipe_window_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progressed)
+{
+    int waiting = x->wrreq != NULL;
+    rcc_result_t res = pipe_window_test(comm, x, x->rl, &x->wsreq, progressed);
+    if (res == RCC_SUCCESS)
+        res = pipe_window_test(comm, x, x->sl, &x->wrreq, progressed);
+    if (res == RCC_SUCCESS && waiting && !x->wrreq)
+        res = pipe_window_arrived(comm, x);
+    /* This rank's writes into the next rank's output are done once all its
+     * sends are (a direct send completes when its copy has run). */
+    if (res == RCC_SUCCESS && !x->wack_sent && !x->wrreq && x->send_done == x->sched.nsend) {
+        pipe_window_unmap(x);
+        x->wack[0] = PIPE_UNMAPPED_MAGIC;
+        x->wack_sent = *progressed = 1;
+        res = x->sl->tr->isend(x->sl->conns[0], &x->wack[0], sizeof x->wack[0], &x->tag, NULL,
+                               &x->wasreq);
+        if (res != RCC_SUCCESS)
+            return pipe_window_fail(comm, x, x->sl->peer, res);
+    }
+    /* The previous rank's comes after all its data on the connection. */
+    if (res == RCC_SUCCESS && !x->wack_posted && x->recv_posted == x->sched.nrecv) {
+        x->wack_posted = *progressed = 1;
+        res = x->rl->tr->irecv(x->rl->conns[0], &x->wack[1], sizeof x->wack[1], &x->tag, NULL,
+                               &x->warreq);
+        if (res != RCC_SUCCESS)
+            return pipe_window_fail(comm, x, x->rl->peer, res);
+    }
+    waiting = x->warreq != NULL;
+    if (res == RCC_SUCCESS)
+        res = pipe_window_test(comm, x, x->sl, &x->wasreq, progressed);
+    if (res == RCC_SUCCESS)
+        res = pipe_window_test(comm, x, x->rl, &x->warreq, progressed);
+    if (res == RCC_SUCCESS && waiting && !x->warreq && x->wack[1] != PIPE_UNMAPPED_MAGIC)
+        res = pipe_window_fail(comm, x, x->rl->peer,
+                               rcci_error(RCC_ERR_REMOTE, "no end of its window of this version "
+                                                          "came"));
+    return res;
+}
+
+/* Every window message has gone both ways (or the operation has none). */
+static int pipe_window_over(const rcci_exec_t *x)
+{
+    return !x->window ||
+           (x->wack_sent && x->wack_posted && !x->wsreq && !x->wrreq && !x->wasreq && !x->warreq);
 }
 
 /* Where in the next rank's mapped output send `item` lands, when its
@@ -898,7 +910,7 @@ check:;
     /* A device operation also waits for its start event: an event must not
      * be destroyed while the stream may still store it. */
     *done = x->recv_done == x->sched.nrecv && x->send_done == x->sched.nsend &&
-            (!x->dev || x->started) && !x->wsreq && !x->wrreq;
+            (!x->dev || x->started) && pipe_window_over(x);
     x->ended = *done;
     if (!*done && now - x->last_progress_ns > comm->timeout_ns) {
         int waiting_recv = x->recv_done < x->sched.nrecv;
@@ -989,7 +1001,13 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
         x->wsreq = NULL;
     if (x->wrreq && (x->sl->tr->test(x->wrreq, &complete) != RCC_SUCCESS || complete))
         x->wrreq = NULL;
+    if (x->wasreq && (x->sl->tr->test(x->wasreq, &complete) != RCC_SUCCESS || complete))
+        x->wasreq = NULL;
+    if (x->warreq && (x->rl->tr->test(x->warreq, &complete) != RCC_SUCCESS || complete))
+        x->warreq = NULL;
     int drained = !x->dev || x->ended || pipe_device_quiesce(comm, x);
+    if (drained) /* else copies may still write into it: left mapped */
+        pipe_window_unmap(x);
     rcci_tls_error_set(error);
     for (int i = 0; x->dev && drained && i < comm->slots; i++) {
         if (x->rev && x->rev[i])
@@ -1007,9 +1025,10 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
     free(x->smr);
     /* A window message still queued is freed with its connection, which a
      * drained operation has closed; otherwise its buffer must outlive it. */
-    if (drained || (!x->wsreq && !x->wrreq)) {
+    if (drained || (!x->wsreq && !x->wrreq && !x->wasreq && !x->warreq)) {
         free(x->wmine);
         free(x->wtheirs);
+        free(x->wack);
     }
     rcci_memreg_drop(comm, &x->held);
     free(x->sreq);

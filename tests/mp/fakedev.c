@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "devapi.h"
 #include "err.h"
@@ -14,6 +15,18 @@
 #include "reduce.h"
 
 /* ---- device memory: ranges this module handed out ------------------------- */
+
+/* CUDA's rule for device memory exported by IPC: freeing it while another
+ * process still has it open (cudaIpcOpenMemHandle without the matching
+ * cudaIpcCloseMemHandle) is undefined behaviour. Modelled: each exportable
+ * device allocation has a shared page listing the processes that opened
+ * it, and freeing it while a live one still does aborts the process with
+ * the reason. A process that has died (or is a zombie) no longer counts:
+ * the driver unmaps a dead process's mappings. */
+#define FAKE_USERS 64
+typedef struct {
+    _Atomic int32_t pid[FAKE_USERS];
+} fake_users_t;
 
 #define FAKE_MAX_ALLOCS 256
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -23,11 +36,22 @@ static struct {
     int ipc;    /* 0: fakedev_malloc; 1: exported (ipc_alloc); 2: a peer's, opened */
     int device; /* counts as device memory (is_device) */
     rcci_ipcmem_handle_t handle;
+    /* Device memory: who has it open (exporters: theirs; openers: the
+     * exporter's, and the entry they took in it). */
+    fake_users_t *users;
+    rcci_ipcmem_handle_t users_handle;
+    int user_slot;
 } allocs[FAKE_MAX_ALLOCS];
 
+/* What an exported handle carries: the memory, then its users page. */
+typedef struct {
+    rcci_ipcmem_handle_t mem, users;
+} fake_handle_t;
+_Static_assert(sizeof(fake_handle_t) <= RCCI_IPC_HANDLE_BYTES, "fake IPC handle size");
+
 /* Records a range; aborts when the table is full (a test's bug). */
-static void allocs_add(char *p, size_t bytes, int ipc, int device,
-                       const rcci_ipcmem_handle_t *handle)
+static int allocs_add(char *p, size_t bytes, int ipc, int device,
+                      const rcci_ipcmem_handle_t *handle)
 {
     pthread_mutex_lock(&mem_lock);
     int i = 0;
@@ -36,24 +60,68 @@ static void allocs_add(char *p, size_t bytes, int ipc, int device,
     if (i == FAKE_MAX_ALLOCS)
         abort();
     allocs[i].p = p, allocs[i].bytes = bytes, allocs[i].ipc = ipc, allocs[i].device = device;
+    allocs[i].users = NULL, allocs[i].user_slot = -1;
     if (handle)
         allocs[i].handle = *handle;
     pthread_mutex_unlock(&mem_lock);
+    return i;
 }
 
-/* Forgets the range at p; returns what it was (ipc -1: not found). */
+/* An exporter's users page, made with the allocation. */
+static void users_create(int i)
+{
+    void *u;
+    if (rcci_ipcmem_create(sizeof(fake_users_t), &u, &allocs[i].users_handle) != RCC_SUCCESS)
+        abort();
+    allocs[i].users = u;
+}
+
+/* Frees an exporter's users page, aborting when a live process other than
+ * this one still has the memory open. */
+static void users_check_free(fake_users_t *users, const rcci_ipcmem_handle_t *uh, size_t bytes)
+{
+    if (!users)
+        return;
+    for (int k = 0; k < FAKE_USERS; k++) {
+        int32_t pid = atomic_load(&users->pid[k]);
+        char state = pid > 0 && pid != (int32_t)getpid() ? rcci_process_state(pid) : 0;
+        if (state && state != 'Z' && state != 'X') {
+            fprintf(stderr,
+                    "fakedev: process %d freed %zu bytes of device memory that process %d still "
+                    "has open by IPC (CUDA: undefined behaviour)\n",
+                    (int)getpid(), bytes, (int)pid);
+            abort();
+        }
+    }
+    rcci_ipcmem_free(users, uh);
+}
+
+/* Forgets the range at p; returns what it was (ipc -1: not found), and
+ * gives back (opened) or checks and frees (exported) its users page. */
 static int allocs_take(void *p, size_t *bytes, rcci_ipcmem_handle_t *handle)
 {
     int ipc = -1;
+    fake_users_t *users = NULL;
+    rcci_ipcmem_handle_t uh;
+    int slot = -1;
     pthread_mutex_lock(&mem_lock);
     for (int i = 0; i < FAKE_MAX_ALLOCS && ipc < 0; i++)
         if (allocs[i].p == p) {
             ipc = allocs[i].ipc;
             *bytes = allocs[i].bytes;
             *handle = allocs[i].handle;
+            users = allocs[i].users, uh = allocs[i].users_handle, slot = allocs[i].user_slot;
             allocs[i].p = NULL;
+            allocs[i].users = NULL;
         }
     pthread_mutex_unlock(&mem_lock);
+    if (users && ipc == 2) {
+        if (slot >= 0)
+            atomic_store(&users->pid[slot], 0);
+        rcci_ipcmem_close(users, (size_t)uh.bytes);
+    } else if (users) {
+        users_check_free(users, &uh, *bytes);
+    }
     return ipc;
 }
 
@@ -65,7 +133,8 @@ void *fakedev_malloc(size_t bytes)
     rcci_ipcmem_handle_t h;
     if (rcci_ipcmem_create(bytes ? bytes : 1, &p, &h) != RCC_SUCCESS)
         abort();
-    allocs_add(p, (size_t)h.bytes, 0, 1, &h);
+    int i = allocs_add(p, (size_t)h.bytes, 0, 1, &h);
+    users_create(i);
     return p;
 }
 
@@ -436,15 +505,26 @@ static rcc_result_t fake_wait_flag(void *stream, volatile uint32_t *flag, uint32
  * opens through /proc), so the cudaipc transport runs across the forked
  * ranks of a test as it would across processes sharing a GPU. ------------- */
 
+/* Writes the handle of allocation i (mem_lock held, or i not yet shared). */
+static void handle_of(int i, void *handle)
+{
+    fake_handle_t fh = {.mem = allocs[i].handle};
+    if (allocs[i].users)
+        fh.users = allocs[i].users_handle;
+    memset(handle, 0, RCCI_IPC_HANDLE_BYTES);
+    memcpy(handle, &fh, sizeof fh);
+}
+
 static rcc_result_t fake_ipc_alloc(void **p, size_t bytes, int host, void *handle)
 {
     rcci_ipcmem_handle_t h;
     rcc_result_t res = rcci_ipcmem_create(bytes ? bytes : 1, p, &h);
     if (res != RCC_SUCCESS)
         return res;
-    memset(handle, 0, RCCI_IPC_HANDLE_BYTES);
-    memcpy(handle, &h, sizeof h);
-    allocs_add(*p, (size_t)h.bytes, 1, !host, &h);
+    int i = allocs_add(*p, (size_t)h.bytes, 1, !host, &h);
+    if (!host) /* host pages live while mapped anywhere, as CUDA's do (lib/ipcmem.h) */
+        users_create(i);
+    handle_of(i, handle);
     return RCC_SUCCESS;
 }
 
@@ -454,12 +534,31 @@ static rcc_result_t fake_ipc_open(const void *handle, void **p)
     if (getenv("FAKEDEV_IPC_OPEN_FAILS"))
         return rcci_error(RCC_ERR_UNSUPPORTED, "fake device: no peer access to the peer's memory "
                                                "(FAKEDEV_IPC_OPEN_FAILS)");
-    rcci_ipcmem_handle_t h;
-    memcpy(&h, handle, sizeof h);
-    rcc_result_t res = rcci_ipcmem_open(&h, p);
-    if (res == RCC_SUCCESS)
-        allocs_add(*p, (size_t)h.bytes, 2, 1, &h);
-    return res;
+    fake_handle_t fh;
+    memcpy(&fh, handle, sizeof fh);
+    void *users = NULL;
+    if (fh.users.magic && rcci_ipcmem_open(&fh.users, &users) != RCC_SUCCESS)
+        users = NULL; /* the exporter is gone: nobody to free it under us */
+    rcc_result_t res = rcci_ipcmem_open(&fh.mem, p);
+    if (res != RCC_SUCCESS) {
+        if (users)
+            rcci_ipcmem_close(users, (size_t)fh.users.bytes);
+        return res;
+    }
+    int i = allocs_add(*p, (size_t)fh.mem.bytes, 2, 1, &fh.mem);
+    if (users) {
+        fake_users_t *u = users;
+        int slot = 0;
+        for (int32_t zero = 0; slot < FAKE_USERS; slot++, zero = 0)
+            if (atomic_compare_exchange_strong(&u->pid[slot], &zero, (int32_t)getpid()))
+                break;
+        if (slot == FAKE_USERS)
+            abort(); /* more openers than a test makes */
+        pthread_mutex_lock(&mem_lock);
+        allocs[i].users = u, allocs[i].users_handle = fh.users, allocs[i].user_slot = slot;
+        pthread_mutex_unlock(&mem_lock);
+    }
+    return RCC_SUCCESS;
 }
 
 static void fake_ipc_release(void *p)
@@ -478,8 +577,7 @@ static rcc_result_t fake_ipc_export(const void *p, void *handle, size_t *offset)
     pthread_mutex_lock(&mem_lock);
     int i = device_alloc_at(p), found = i >= 0 && allocs[i].ipc < 2; /* not a peer's */
     if (found) {
-        memset(handle, 0, RCCI_IPC_HANDLE_BYTES);
-        memcpy(handle, &allocs[i].handle, sizeof allocs[i].handle);
+        handle_of(i, handle);
         *offset = (size_t)((const char *)p - allocs[i].p);
     }
     pthread_mutex_unlock(&mem_lock);

@@ -96,6 +96,7 @@ static int rank_collectives(int rank, int n, void *arg)
     int no_export = arg && !strcmp(arg, "no_export");
     setenv("RCC_ALGO", "ring", 1); /* the pipelined ring: the path the device ring serves */
     setenv("RCC_DEVICE_CHUNK_BYTES", "1048579", 1);
+    setenv("RCC_CUDAIPC_WINDOW_BYTES", "1M", 1); /* the 3 MiB operations exchange windows */
     if (fragmented)
         setenv("RCC_CUDAIPC_SLOT_BYTES", "65536", 1);
     if (copied)
@@ -274,9 +275,15 @@ static int rank_death(int rank, int n, void *arg)
     if (async != RCC_ERR_PEER_LOST || !strstr(text, dead))
         MP_FAIL("rank %d: after rank %d died: %s: %s", rank, n - 1, rcc_result_name(async), text);
     printf("rank %d: failed %.2f s after the call: %s\n", rank, td_now_s() - t0, text);
-    fakedev_free(d);
+    /* The survivors' buffers may still be mapped by each other (windows)
+     * until their communicators have ended: freed once all have aborted. */
     fakedev_stream_destroy(stream);
     rcc_comm_abort(comm);
+    _Atomic int *aborted = mp_shared(NULL);
+    atomic_fetch_add(aborted, 1);
+    for (int waited = 0; atomic_load(aborted) < n - 1 && waited < 20000; waited++)
+        usleep(1000);
+    fakedev_free(d);
     return 0;
 }
 
@@ -333,10 +340,11 @@ END_TEST
  * reaches every rank, within the timeout, and no stream is left waiting. */
 static int rank_window_too_far(int rank, int n, void *arg)
 {
-    (void)arg, (void)n;
+    (void)arg;
     if (rank == 1)
         setenv("FAKEDEV_EXPORT_OFFSET", "1048576", 1);
     setenv("RCC_ALGO", "ring", 1);
+    setenv("RCC_CUDAIPC_WINDOW_BYTES", "1M", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(20000);
     void *stream = fakedev_stream_create();
@@ -355,9 +363,16 @@ static int rank_window_too_far(int rank, int n, void *arg)
                       !strstr(text, "reaches past its allocation")))
         MP_FAIL("rank 0: %s: %s", rcc_result_name(async), text);
     printf("rank %d: %s: %s\n", rank, rcc_result_name(async), text);
-    fakedev_free(d);
+    /* After a failure a peer may still map this rank's buffer until its own
+     * communicator has ended (it learns of the failure in its own time):
+     * the buffer is freed only once every rank has aborted. */
     fakedev_stream_destroy(stream);
     rcc_comm_abort(comm);
+    _Atomic int *aborted = mp_shared(NULL);
+    atomic_fetch_add(aborted, 1);
+    for (int waited = 0; atomic_load(aborted) < n && waited < 20000; waited++)
+        usleep(1000);
+    fakedev_free(d);
     return 0;
 }
 

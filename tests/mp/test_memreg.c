@@ -59,10 +59,7 @@ static int rank_register_errors(int rank, int n, void *arg)
     return td_finish(comm, 0);
 }
 
-START_TEST(register_errors)
-{
-    ck_assert_int_eq(mp_run(2, rank_register_errors, NULL, 60), 0);
-}
+START_TEST(register_errors) { ck_assert_int_eq(mp_run(2, rank_register_errors, NULL, 60), 0); }
 END_TEST
 
 /* The transport of the ring and of point-to-point is the one expected. */
@@ -138,14 +135,13 @@ static int rank_host_registered(int rank, int n, void *arg)
         bad |= run_host(comm, rank, n, count, dts[d], 0, 10 + (unsigned)d * 2, &plain);
         bad |= run_host(comm, rank, n, count, dts[d], 1, 10 + (unsigned)d * 2, &reg);
     }
-    printf("rank %d of %d (%s): %llu sends without a copy unregistered, %llu registered\n", rank,
-           n, algo, (unsigned long long)plain, (unsigned long long)reg);
+    printf("rank %d of %d (%s): %llu sends without a copy unregistered, %llu registered\n", rank, n,
+           algo, (unsigned long long)plain, (unsigned long long)reg);
     if (n > 1 && ZERO_COPY && reg <= plain)
         MP_FAIL("rank %d: registered buffers were not sent without a copy (%llu against %llu)",
                 rank, (unsigned long long)reg, (unsigned long long)plain);
     if (!ZERO_COPY && (reg || plain))
-        MP_FAIL("rank %d: %llu zero-copy sends over TCP", rank,
-                (unsigned long long)(reg + plain));
+        MP_FAIL("rank %d: %llu zero-copy sends over TCP", rank, (unsigned long long)(reg + plain));
     return td_finish(comm, bad);
 }
 
@@ -261,9 +257,8 @@ static int rank_device_gdr(int rank, int n, void *arg)
                  *got = malloc(out_elems * es);
             char *din = fakedev_malloc(count * es), *dout = fakedev_malloc(out_elems * es);
             rcc_memreg_t rin = NULL, rout = NULL;
-            if (registered &&
-                (rcc_comm_register(comm, din, count * es, &rin) != RCC_SUCCESS ||
-                 rcc_comm_register(comm, dout, out_elems * es, &rout) != RCC_SUCCESS))
+            if (registered && (rcc_comm_register(comm, din, count * es, &rin) != RCC_SUCCESS ||
+                               rcc_comm_register(comm, dout, out_elems * es, &rout) != RCC_SUCCESS))
                 MP_FAIL("rank %d: register: %s", rank, rcc_last_error(comm));
             unsigned seed = 20 + (unsigned)(registered * 2 + kind);
             td_fill(in, 0, count, seed, rank, dt, RCC_SUM);
@@ -293,8 +288,8 @@ static int rank_device_gdr(int rank, int n, void *arg)
             free(in), free(want), free(got);
         }
     fakedev_stream_destroy(stream);
-    printf("rank %d of %d: %llu sends from device memory unregistered, %llu registered\n", rank,
-           n, (unsigned long long)gdr[0], (unsigned long long)gdr[1]);
+    printf("rank %d of %d: %llu sends from device memory unregistered, %llu registered\n", rank, n,
+           (unsigned long long)gdr[0], (unsigned long long)gdr[1]);
     if (gdr[0] != 0 || (n > 1 && gdr[1] == 0))
         MP_FAIL("rank %d: GPUDirect sends: %llu unregistered (want 0), %llu registered (want "
                 "some)",
@@ -302,10 +297,7 @@ static int rank_device_gdr(int rank, int n, void *arg)
     return td_finish(comm, bad);
 }
 
-START_TEST(device_gpudirect_sends)
-{
-    ck_assert_int_eq(mp_run(_i, rank_device_gdr, NULL, 300), 0);
-}
+START_TEST(device_gpudirect_sends) { ck_assert_int_eq(mp_run(_i, rank_device_gdr, NULL, 300), 0); }
 END_TEST
 #endif
 

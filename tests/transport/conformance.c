@@ -34,6 +34,7 @@
 
 #include "clock.h"
 #include "err.h"
+#include "ipcmem.h"
 #include "socket.h"
 #include "fakedev.h"
 #include "mp.h"
@@ -601,20 +602,6 @@ END_TEST
 
 /* ---- a stopped peer ---- */
 
-/* Whether process `pid` is stopped (state T in /proc/PID/stat). */
-static int conf_stopped(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    int n = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    const char *end = n ? strrchr(line, ')') : NULL; /* the name may hold spaces */
-    return end && end[1] == ' ' && end[2] == 'T';
-}
-
 /* Rank 0 listens and is then stopped (SIGSTOP: a debugger, a job
  * scheduler's suspend). Rank 1's connect_start returns at once and no test
  * call waits: the engine's progress thread makes this call, and must go on
@@ -642,7 +629,7 @@ static int stopped_rank(int rank, int nranks, void *arg)
             pause();
     }
     int64_t t0 = rcci_now_ns();
-    while (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != 1 || !conf_stopped(s->pid)) {
+    while (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != 1 || rcci_process_state(s->pid) != 'T') {
         if (rcci_now_ns() - t0 > CONF_WAIT_NS)
             MP_FAIL("rank 0 never listened and stopped");
         usleep(1000);

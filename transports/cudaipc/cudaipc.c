@@ -38,6 +38,7 @@
 #include "err.h"
 #include "log.h"
 #include "params.h"
+#include "retired.h"
 #include "slots.h"
 #include "transport.h"
 
@@ -47,6 +48,9 @@ extern const rcci_transport_t rcci_transport_tcp;
 /* How long close waits for this side's copies to finish before it unmaps
  * the peer's memory (a copy into unmapped memory would fault the GPU). */
 #define CIPC_DRAIN_NS (5ll * 1000000000)
+/* How long a context's end waits for its peers to unmap its connections'
+ * receive slots before leaving them to later calls (retired.h). */
+#define CIPC_UNMAP_WAIT_NS (1000ll * 1000000)
 /* The control connection is looked at (a syscall) at most this often while
  * a request makes no progress: that is how a dead peer shows. */
 #define CIPC_CTRL_EVERY_NS (200ll * 1000)
@@ -153,6 +157,13 @@ static void cipc_fini(void *tctx)
     cipc_ctx_t *ctx = tctx;
     if (!ctx)
         return;
+    /* Peers close their ends about now (they destroy their communicators
+     * too): a moment for them, then what is left is freed by later calls. */
+    int left = rcci_cipc_reap(ctx, rcci_now_ns() + CIPC_UNMAP_WAIT_NS);
+    if (left)
+        RCC_INFO("cudaipc: the receive slots of %d connection%s stay allocated until their "
+                 "peers unmap them (or exit)",
+                 left, left == 1 ? "" : "s");
     CTRL->fini(ctx->tcp);
     free(ctx);
 }
@@ -235,14 +246,16 @@ static void cipc_free_conn(rcci_conn_t *c)
     while (c->recvs.head)
         free(rcci_req_fifo_pop(&c->recvs));
     if (drained) {
-        if (c->tx_page)
-            dev->ipc_close(c->tx_page);
         if (c->tx_slots)
             dev->ipc_close(c->tx_slots);
-        if (c->rx_page)
-            dev->ipc_free(c->rx_page);
-        if (c->rx_slots)
-            dev->ipc_free(c->rx_slots);
+        if (c->tx_page) { /* the peer may free its slots now (retired.h) */
+            __atomic_store_n(&c->tx_page->unmapped, 1, __ATOMIC_RELEASE);
+            dev->ipc_close(c->tx_page);
+        }
+        /* This side's slots go once the peer has unmapped them, or died. */
+        int known = !c->hello_rreq && c->theirs.magic == RCCI_CIPC_HELLO_MAGIC;
+        rcci_cipc_retire(dev, c->ctx->device, c->ctx, c->rx_slots, c->rx_page,
+                         known ? c->theirs.pid : 0);
         if (c->tx_stream)
             dev->stream_destroy(c->tx_stream);
         if (c->rx_stream)

@@ -52,7 +52,10 @@ typedef struct {
 /* The shared page; the counters on their own cache lines. */
 typedef struct {
     volatile uint32_t head;
-    uint32_t pad0[15];
+    /* Stored 1 by the sender once it has unmapped the slots (its close):
+     * only then may the receiver free them (retired.h). */
+    volatile uint32_t unmapped;
+    uint32_t pad0[14];
     volatile uint32_t tail;
     uint32_t pad1[15];
     rcci_cipc_hdr_t hdr[RCCI_CIPC_SLOTS];
@@ -81,7 +84,7 @@ rcc_result_t rcci_cipc_check(const rcci_cipc_hdr_t *hdr, const rcci_tag_t *expec
 /* The hello each end sends once connected, over the control connection:
  * its receive side, for the peer to map. */
 #define RCCI_CIPC_HELLO_MAGIC 0x43504943u /* "CIPC" */
-#define RCCI_CIPC_VERSION 2 /* 2: the header's flags */
+#define RCCI_CIPC_VERSION 3 /* 2: the header's flags; 3: the page's `unmapped` */
 typedef struct {
     uint32_t magic, version;
     uint32_t slots, slot_bytes;
