@@ -14,12 +14,11 @@
 #include "log.h"
 
 struct rcc_memreg {
-    struct rcc_memreg *next; /* comm->regs, while live */
+    struct rcc_memreg *next; /* comm->regs, until removed */
     char *base;
     size_t bytes;
     int internal;
-    int live; /* in the table (not yet removed) */
-    int refs; /* the table's, while live, and one per holding executor; under reg_lock */
+    int refs; /* the table's, until removed, and one per holding executor; under reg_lock */
     rcci_mr_t *mr[RCCI_COMM_MAX_TRANSPORTS]; /* per rcci_transports[i]; NULL: none */
 };
 
@@ -49,8 +48,7 @@ rcc_result_t rcci_memreg_add(struct rcc_comm *comm, void *buf, size_t bytes, int
     struct rcc_memreg *reg = calloc(1, sizeof *reg);
     if (!reg)
         return rcci_error(RCC_ERR_NO_MEMORY, "registration of %zu bytes", bytes);
-    *reg = (struct rcc_memreg){
-        .base = buf, .bytes = bytes, .internal = internal, .live = 1, .refs = 1};
+    *reg = (struct rcc_memreg){.base = buf, .bytes = bytes, .internal = internal, .refs = 1};
     const rcci_devapi_t *dev = rcci_devapi();
     int device = !internal && dev && rcci_stream_usable() && dev->is_device(buf);
     char saved[RCCI_ERR_TEXT_BYTES];
@@ -73,6 +71,13 @@ rcc_result_t rcci_memreg_add(struct rcc_comm *comm, void *buf, size_t bytes, int
                      tr->name, bytes, device ? "device" : "host", buf, rcci_tls_error());
     }
     rcci_tls_error_set(saved);
+    int registered = 0;
+    for (int i = 0; i < RCCI_COMM_MAX_TRANSPORTS; i++)
+        registered |= reg->mr[i] != NULL;
+    if (internal && !registered) { /* nothing to look up (TCP): not kept */
+        free(reg);
+        return RCC_SUCCESS;
+    }
     pthread_mutex_lock(&comm->reg_lock);
     reg->next = comm->regs;
     comm->regs = reg;
@@ -90,7 +95,6 @@ static int memreg_unlink(struct rcc_comm *comm, struct rcc_memreg *reg)
             *p = reg->next;
             break;
         }
-    reg->live = 0;
     return --reg->refs == 0;
 }
 

@@ -20,6 +20,10 @@
 #                              memory-traffic bound (bound us, dev/bound)
 #   streamperf-R.txt           4 ranks at 256 MiB: R = chunk-2M, chunk-32M (RCC_DEVICE_CHUNK_BYTES),
 #                              copied (RCC_CUDAIPC_INPLACE=0: copies in and out of the slots)
+#   streamperf-window-1M.txt   4 ranks, 1 to 16 MiB, with windows (writing into the next rank's
+#                              output, mapped per operation) from 1 MiB (RCC_CUDAIPC_WINDOW_BYTES
+#                              1M; the default is 16M): beside streamperf-4's rows, what a
+#                              per-operation IPC mapping costs against the slots
 #   streamperf-tcp-N.txt       streamperf with RCC_TRANSPORT=tcp at 64 and 256 MiB, N = 2 and 4
 #                              ranks: device buffers staged over TCP (issue 6's path, 3 rounds
 #                              at 4 ranks; issue 7's 5x reference)
@@ -42,7 +46,7 @@
 set -u
 
 if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 mkdir -p "$1" || exit 2
@@ -143,6 +147,12 @@ for run in chunk-2M chunk-32M copied; do
     rc=$?
     [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 done
+# Windows from 1 MiB instead of 16 MiB: is the per-operation mapping worth it below 16 MiB?
+stage "streamperf-window-1M" 45 "$out/streamperf-window-1M.txt" env "${perf_env[@]}" \
+    RCC_CUDAIPC_WINDOW_BYTES=1M "$build/tools/ringcc-run" -n 4 "$build/bench/ringcc-streamperf" \
+    -b 1M -e 16M -f 4 -r 1
+rc=$?
+[ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 # Over TCP (no device ring): device buffers staged beside host buffers (issue 6's 0.9x at 4
 # ranks, 3 rounds), and the reference for the device ring's speed-up (issue 7, 2 and 4 ranks).
 for n in 2 4; do
@@ -185,6 +195,8 @@ rc=$?
         echo "--- ringcc-streamperf, 4 ranks, 256 MiB, $run"
         cat "$out/streamperf-$run.txt"
     done
+    echo "--- ringcc-streamperf, 4 ranks, 1-16 MiB, windows from 1 MiB"
+    cat "$out/streamperf-window-1M.txt"
     for n in 2 4; do
         echo "--- ringcc-streamperf, $n ranks, RCC_TRANSPORT=tcp"
         cat "$out/streamperf-tcp-$n.txt"
