@@ -56,7 +56,10 @@
 #define IBV_RESOLVE_MS 2000 /* rdma_resolve_addr/route timeouts */
 #define IBV_RETRY_PAUSE_NS 100000000ll
 #define IBV_POLL_BATCH 32
-#define IBV_MR_CACHE 64
+/* Registrations a context holds: every rcc_comm_register of the caller's
+ * (PyTorch's allocator hook registers each segment it maps) and the
+ * library's own buffers. Searched only when registering, never per send. */
+#define IBV_MR_CACHE 1024
 #define IBV_PENDING_MAX 64 /* valid connect requests held for later accepts */
 #define IBV_SWEEP_NS 5000000ll /* connect's wait: how often it accepts for its listeners */
 #define IBV_REJECT_TEXT 148 /* rdma_cm's most private data in a reject (IB) */
