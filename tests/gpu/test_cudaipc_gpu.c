@@ -3,7 +3,9 @@
  * processes sharing device 0 (CUDA IPC handles opened by other processes),
  * ring allreduce, reduce-scatter and allgather of device buffers on a
  * stream, every dtype, ops in turn, a small and a multi-fragment count,
- * against the naive reference (tests/mp/testdata.c); then 3 ranks where the
+ * against the naive reference (tests/mp/testdata.c), and the same on 4
+ * ranks with the 3 MiB allreduces and allgathers written into the next
+ * rank's output (windows, RCC_CUDAIPC_WINDOW_BYTES=1M); then 3 ranks where the
  * last is killed (SIGKILL) in the middle of a 256 MiB allreduce while its
  * neighbours map its slots: they must report RCC_ERR_PEER_LOST naming it,
  * within the timeout, and their streams must be released (no hang, no
@@ -77,13 +79,17 @@ static int one_case(rcc_comm_t comm, cudaStream_t st, int rank, int n, int kind,
 
 static int rank_collectives(int rank, int n, void *arg)
 {
-    (void)arg;
     setenv("RCC_ALGO", "ring", 1);
-    /* The 3 MiB allreduces and allgathers write into the next rank's output
-     * (windows, mapped and unmapped per operation), as larger ones do. */
-    setenv("RCC_CUDAIPC_WINDOW_BYTES", "1M", 1);
+    /* arg "windows": the 3 MiB allreduces and allgathers write into the next
+     * rank's output (mapped and unmapped per operation by the progress
+     * thread), as those of 16 MiB and more do by default; with a shorter
+     * timeout, so that a stall (an IPC call that waits for the device while
+     * a stream waits for the progress thread) fails fast. */
+    int windows = arg && !strcmp(arg, "windows");
+    if (windows)
+        setenv("RCC_CUDAIPC_WINDOW_BYTES", "1M", 1);
     CU(cudaSetDevice(0));
-    rcc_comm_t comm = mp_comm(60000);
+    rcc_comm_t comm = mp_comm(windows ? 20000 : 60000);
     struct rcc_comm *c = comm;
     if (c->dsend_link.nconns != 1 || strcmp(c->dsend_link.tr->name, "cudaipc") != 0)
         MP_FAIL("rank %d: no device ring over cudaipc (RCC_DEBUG=INFO says why)", rank);
@@ -148,6 +154,9 @@ int main(void)
         printf("%s %d ranks on one GPU over cudaipc\n", rc == 0 ? "PASS" : "FAIL", n);
         failed |= rc != 0;
     }
+    int rc = mp_run(4, rank_collectives, "windows", 300);
+    printf("%s 4 ranks on one GPU over cudaipc, windows from 1 MiB\n", rc == 0 ? "PASS" : "FAIL");
+    failed |= rc != 0;
     int st[3];
     mp_run_status(3, rank_death, NULL, 120, st);
     int ok = st[0] == 0 && st[1] == 0 && st[2] == 128 + SIGKILL;
