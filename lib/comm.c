@@ -450,8 +450,7 @@ static rcc_result_t comm_setup(struct rcc_comm *comm)
                      comm->chunk_bytes);
         /* Partial results are sent from it: sent without a copy where the
          * ring's transport can (ibverbs). */
-        struct rcc_memreg *reg;
-        RCC_CHECK(rcci_memreg_add(comm, comm->stage_mem, slot_bytes, 1, &reg));
+        RCC_CHECK(rcci_memreg_add(comm, comm->stage_mem, slot_bytes, 1, NULL));
     }
     /* Every rank left the barrier above within a message's latency of the
      * others: the moment the timeline merge aligns the ranks' clocks on. */

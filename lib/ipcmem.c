@@ -96,3 +96,9 @@ char rcci_process_state(int32_t pid)
     const char *end = n ? strrchr(line, ')') : NULL; /* the command's name may hold spaces */
     return end && end[1] == ' ' ? end[2] : '?';
 }
+
+int rcci_process_running(int32_t pid)
+{
+    char state = rcci_process_state(pid);
+    return state != 0 && state != 'Z' && state != 'X';
+}

@@ -42,5 +42,7 @@ void rcci_ipcmem_close(void *p, size_t bytes);
  * process: whether the process that exported or opened memory still runs
  * (a zombie's mappings are gone already). */
 char rcci_process_state(int32_t pid);
+/* 1 while process `pid` runs: there, and not a zombie. */
+int rcci_process_running(int32_t pid);
 
 #endif /* RINGCC_IPCMEM_H */

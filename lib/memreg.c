@@ -42,7 +42,8 @@ static void memreg_free(struct rcc_comm *comm, struct rcc_memreg *reg)
 rcc_result_t rcci_memreg_add(struct rcc_comm *comm, void *buf, size_t bytes, int internal,
                              struct rcc_memreg **out)
 {
-    *out = NULL;
+    if (out)
+        *out = NULL;
     if (!buf || bytes == 0 || (uintptr_t)buf + bytes < (uintptr_t)buf)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "cannot register %zu bytes at %p", bytes, buf);
     struct rcc_memreg *reg = calloc(1, sizeof *reg);
@@ -82,7 +83,8 @@ rcc_result_t rcci_memreg_add(struct rcc_comm *comm, void *buf, size_t bytes, int
     reg->next = comm->regs;
     comm->regs = reg;
     pthread_mutex_unlock(&comm->reg_lock);
-    *out = reg;
+    if (out)
+        *out = reg;
     return RCC_SUCCESS;
 }
 
@@ -137,11 +139,12 @@ static int memreg_covers(const struct rcc_memreg *reg, int t, const void *buf, s
 rcci_mr_t *rcci_memreg_send_mr(struct rcc_comm *comm, rcci_memreg_held_t *held,
                                const rcci_transport_t *tr, const void *buf, size_t bytes)
 {
+    if (!(tr->caps & RCCI_CAP_ZERO_COPY_SEND)) /* every send over TCP: nothing to look up */
+        return NULL;
     int t = 0;
     while (t < RCCI_COMM_MAX_TRANSPORTS && rcci_transports[t] && rcci_transports[t] != tr)
         t++;
-    if (t == RCCI_COMM_MAX_TRANSPORTS || !rcci_transports[t] ||
-        !(tr->caps & RCCI_CAP_ZERO_COPY_SEND))
+    if (t == RCCI_COMM_MAX_TRANSPORTS || !rcci_transports[t])
         return NULL;
     for (int i = 0; i < held->n; i++)
         if (memreg_covers(held->reg[i], t, buf, bytes)) {

@@ -35,7 +35,8 @@ typedef struct {
  * or (internal) the library's own host memory, which it drops with
  * rcci_memreg_forget. A transport that refuses is noted (INFO for the
  * caller's memory) and sends from that memory over it are copied as
- * before; internal memory that no transport took is not kept (*out NULL). */
+ * before; internal memory that no transport took is not kept (*out NULL).
+ * `out` may be NULL (the library's memory, dropped by address). */
 rcc_result_t rcci_memreg_add(struct rcc_comm *comm, void *buf, size_t bytes, int internal,
                              struct rcc_memreg **out);
 /* Ends a registration made by rcci_memreg_add (RCC_ERR_INVALID_ARGUMENT

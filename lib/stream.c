@@ -323,8 +323,7 @@ static rcc_result_t staging_take(struct rcci_streams *s, size_t bytes, void **bu
     rcc_result_t res = s->dev->host_alloc(buf, *got);
     /* Sent from over the host transports: without a copy where they can
      * (memreg.h). Kept until freed, as the buffer is. */
-    struct rcc_memreg *reg;
-    if (res == RCC_SUCCESS && rcci_memreg_add(s->comm, *buf, *got, 1, &reg) != RCC_SUCCESS)
+    if (res == RCC_SUCCESS && rcci_memreg_add(s->comm, *buf, *got, 1, NULL) != RCC_SUCCESS)
         RCC_TRACE("staging of %zu bytes stays unregistered: %s", *got, rcci_tls_error());
     return res;
 }

@@ -132,8 +132,8 @@ static rcc_result_t pipe_scratch(struct rcc_comm *comm, size_t bytes)
     free(comm->scratch);
     comm->scratch = p;
     comm->scratch_bytes = bytes;
-    struct rcc_memreg *reg; /* partial results are sent from it (stage_mem's note, comm.c) */
-    return rcci_memreg_add(comm, p, bytes, 1, &reg);
+    /* Partial results are sent from it (stage_mem's note, comm.c). */
+    return rcci_memreg_add(comm, p, bytes, 1, NULL);
 }
 
 /* Chunks of RCC_CHUNK_BYTES, but at least PIPE_MIN_CHUNKS per segment (down
@@ -490,6 +490,15 @@ static rcc_result_t pipe_window_test(struct rcc_comm *comm, rcci_exec_t *x, cons
     if (res != RCC_SUCCESS || done)
         *req = NULL, *progressed = 1;
     return res == RCC_SUCCESS ? RCC_SUCCESS : pipe_window_fail(comm, x, link->peer, res);
+}
+
+/* At the end of an operation that failed: one test of a window request
+ * still out, which frees it when it fails or has completed (*req NULL). */
+static void pipe_window_settle(const rcci_link_t *link, rcci_request_t **req)
+{
+    int complete = 1;
+    if (*req && (link->tr->test(*req, &complete) != RCC_SUCCESS || complete))
+        *req = NULL;
 }
 
 /* The window messages: this rank's window to the previous rank, the next
@@ -996,15 +1005,10 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
         if (x->rreq[i])
             x->rl->tr->test(x->rreq[i], &complete);
     }
-    int complete = 1; /* a test that fails or completes frees the request */
-    if (x->wsreq && (x->rl->tr->test(x->wsreq, &complete) != RCC_SUCCESS || complete))
-        x->wsreq = NULL;
-    if (x->wrreq && (x->sl->tr->test(x->wrreq, &complete) != RCC_SUCCESS || complete))
-        x->wrreq = NULL;
-    if (x->wasreq && (x->sl->tr->test(x->wasreq, &complete) != RCC_SUCCESS || complete))
-        x->wasreq = NULL;
-    if (x->warreq && (x->rl->tr->test(x->warreq, &complete) != RCC_SUCCESS || complete))
-        x->warreq = NULL;
+    pipe_window_settle(x->rl, &x->wsreq);
+    pipe_window_settle(x->sl, &x->wrreq);
+    pipe_window_settle(x->sl, &x->wasreq);
+    pipe_window_settle(x->rl, &x->warreq);
     int drained = !x->dev || x->ended || pipe_device_quiesce(comm, x);
     if (drained) /* else copies may still write into it: left mapped */
         pipe_window_unmap(x);

@@ -84,8 +84,7 @@ static void users_check_free(fake_users_t *users, const rcci_ipcmem_handle_t *uh
         return;
     for (int k = 0; k < FAKE_USERS; k++) {
         int32_t pid = atomic_load(&users->pid[k]);
-        char state = pid > 0 && pid != (int32_t)getpid() ? rcci_process_state(pid) : 0;
-        if (state && state != 'Z' && state != 'X') {
+        if (pid > 0 && pid != (int32_t)getpid() && rcci_process_running(pid)) {
             fprintf(stderr,
                     "fakedev: process %d freed %zu bytes of device memory that process %d still "
                     "has open by IPC (CUDA: undefined behaviour)\n",

@@ -31,8 +31,7 @@ static int retired_may_free(const retired_t *r)
         return 1;
     if (r->peer_pid <= 0)
         return 0;
-    char state = rcci_process_state(r->peer_pid); /* a zombie's mappings are gone */
-    return state == 0 || state == 'Z' || state == 'X';
+    return !rcci_process_running(r->peer_pid); /* a zombie's mappings are gone */
 }
 
 static void retired_free(retired_t *r)
