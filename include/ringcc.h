@@ -459,13 +459,14 @@ RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
  * cudaStreamSynchronize, no device-wide synchronisation); the
  * communicator's progress thread moves the data. Device memory goes over the
  * host transports through pinned host staging: chunk by chunk, reduced on the
- * GPU, for the ring and chain collectives on device buffers; by whole buffers
+ * GPU, for the ring and chain collectives on device buffers (the call queues
+ * all of that GPU work, a few stream operations per chunk, each behind a
+ * wait for the network); by whole buffers
  * (copied out on `stream` before the operation, the host collective on the
  * copy, the result copied back on `stream` after it) for the small-message
  * allreduces, point-to-point and mixed host/device buffers, and for every
- * collective where RCC_DEVICE_PIPELINE says so (by default when
- * CUDA_DEVICE_MAX_CONNECTIONS is set below 8). Buffers belong to the
- * library until the stream has passed the operation.
+ * collective where RCC_DEVICE_PIPELINE=0. Buffers belong to the library
+ * until the stream has passed the operation.
  *
  * Errors found by the call (bad arguments, a broken communicator) are
  * returned at once and nothing is queued. A failure while the operation

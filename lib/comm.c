@@ -106,7 +106,7 @@ typedef struct {
     int32_t cuda_device;      /* -1: this rank has no GPU (rcci_peer_info_t) */
     int64_t nsocks_min_bytes; /* RCC_NSOCKS_MIN_BYTES: and deal chunks alike */
     int64_t dev_chunk_bytes;  /* RCC_DEVICE_CHUNK_BYTES: device ring chunks cut alike */
-    int32_t dev_pipeline;     /* RCC_DEVICE_PIPELINE, resolved: device chunks or staged whole */
+    int32_t dev_pipeline;     /* RCC_DEVICE_PIPELINE, resolved (RCCI_DEVPIPE_*) */
 } comm_peer_t;
 
 /* A setting every rank must share (both ends of an edge act on it). */

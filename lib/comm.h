@@ -66,6 +66,10 @@ typedef struct {
     struct rcci_streams *streams;
     void *pin;
     size_t pin_bytes;
+    /* The chunked device path queued at the call (coll/devqueue.h): the
+     * operation's GPU work, and what the progress thread needs to drive it.
+     * Owned by the operation; freed with `done`. */
+    struct rcci_devq *devq;
 } rcci_mark_t;
 
 typedef struct rcci_op {
@@ -149,7 +153,7 @@ struct rcc_comm {
     int64_t timeout_ns;
     size_t chunk_bytes;
     size_t dev_chunk_bytes; /* RCC_DEVICE_CHUNK_BYTES: operations on the device ring */
-    int dev_pipeline;       /* device buffers may go chunk by chunk (stream.c, devring.c) */
+    int dev_pipeline;       /* RCCI_DEVPIPE_*: how device buffers go (stream.c, devring.c) */
     int slots;
     int algo_forced;            /* RCC_ALGO named an algorithm (else auto) ... */
     rcci_allreduce_algo_t algo; /* ... this one */
@@ -322,8 +326,17 @@ void rcci_streams_free(struct rcc_comm *comm);
 /* For tests: the next stream operation gets ticket `next` (the counter's
  * wrap after 2^32 operations, without making them). */
 rcc_result_t rcci_streams_set_next_ticket(struct rcc_comm *comm, uint32_t next);
-/* Whether this process lets stream collectives on device buffers run chunk
- * by chunk on the GPU (RCC_DEVICE_PIPELINE; stream.c says why not always). */
+/* How this process runs stream collectives on device buffers
+ * (RCC_DEVICE_PIPELINE, auto resolved; docs/cuda.md, "Hardware queues"):
+ * staged whole, chunk by chunk with all GPU work queued at the call
+ * (coll/devqueue.h), or that and the device ring, whose GPU work the
+ * progress thread queues as chunks arrive (coll/pipeline.c). */
+enum {
+    RCCI_DEVPIPE_WHOLE = 0,
+    RCCI_DEVPIPE_QUEUED = 1,
+    RCCI_DEVPIPE_RING = 2,
+    RCCI_DEVPIPE_AUTO = 3, /* the setting only, never resolved to */
+};
 int rcci_stream_device_pipeline(void);
 /* Runs a blocking call's operation to its end on the calling thread when
  * nothing else is queued or running (RCC_INLINE): no hand-off to the
@@ -366,6 +379,21 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op,
                                     const struct rcci_devapi *dev, void *dstream, char *pinned,
                                     char *dscratch, char *dslots, rcci_exec_t **exec);
 size_t rcci_coll_device_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
+/* The schedule a device operation runs (as rcci_coll_start_device cuts it;
+ * partial results in `dscratch`), the connections per edge it deals its
+ * messages over, and an error prefixed with the step it failed in: for
+ * coll/devqueue.c, which runs the same schedules on the same wire. */
+void rcci_coll_device_schedule(struct rcc_comm *comm, const rcci_op_t *op, char *dscratch,
+                               rcci_schedule_t *sched);
+size_t rcci_coll_edge_conns(const struct rcc_comm *comm, const rcci_op_t *op);
+rcc_result_t rcci_coll_step_fail(struct rcc_comm *comm, const rcci_op_t *op,
+                                 const rcci_schedule_t *sched, int peer, rcc_result_t res,
+                                 size_t item, int is_send);
+/* After a failure: one test of each request still out (by slot: n each
+ * way), which frees those that ended; the rest stay queued on their
+ * connection, which the progress thread closes after a failure. */
+void rcci_coll_test_once(const rcci_link_t *sl, const rcci_link_t *rl, rcci_request_t **sreq,
+                         rcci_request_t **rreq, size_t n);
 /* The chunk (bytes) device operation `op` runs with: at most
  * RCC_DEVICE_CHUNK_BYTES, at least 2 per segment where every edge of the
  * ring has a device connection (devring_whole) and 8 where some are staged

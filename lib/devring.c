@@ -223,9 +223,12 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
     int n = comm->nranks, prev = (comm->rank + n - 1) % n;
     int any = 0, all = 1, send_tr = -1, recv_tr = -1, idx;
     char send_why[200] = "", recv_why[200] = "", why[200];
-    if (!comm->dev_pipeline) { /* alike on every rank (comm.c checked) */
-        RCC_INFO("device ring: none (RCC_DEVICE_PIPELINE: device buffers are staged whole on "
-                 "the caller's stream)");
+    if (comm->dev_pipeline != RCCI_DEVPIPE_RING) { /* alike on every rank (comm.c checked) */
+        RCC_INFO("device ring: none (RCC_DEVICE_PIPELINE resolved to %d: device buffers are %s)",
+                 comm->dev_pipeline,
+                 comm->dev_pipeline == RCCI_DEVPIPE_WHOLE
+                     ? "staged whole on the caller's stream"
+                     : "staged through pinned slots, their GPU work queued at the call");
         return RCC_SUCCESS;
     }
     for (int r = 0; r < n; r++) {

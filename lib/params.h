@@ -35,10 +35,12 @@
       "largest chunk of collectives on device buffers (at least 2 per segment where every ring "  \
       "edge moves GPU to GPU, else 8); chunks that fit a cudaipc slot are reduced where they "    \
       "land; must be the same on every rank")                                                     \
-    X(DEVICE_PIPELINE, INT, "2", 0, 2,                                                             \
-      "stream collectives on device buffers: 1 runs ring and chain collectives chunk by chunk "   \
-      "on the GPU; 0 stages every one whole on the caller's stream; 2 (auto): 1 unless "          \
-      "CUDA_DEVICE_MAX_CONNECTIONS is set below 8; must be the same on every rank")              \
+    X(DEVICE_PIPELINE, INT, "3", 0, 3,                                                             \
+      "stream collectives on device buffers: 0 stages every one whole on the caller's stream; 1 "  \
+      "runs ring and chain collectives chunk by chunk through pinned slots, all GPU work queued "  \
+      "at the call; 2 as 1, but GPU to GPU over the device ring (cudaipc) where there is one, "    \
+      "its work queued as chunks arrive; 3 (auto): 2 unless CUDA_DEVICE_MAX_CONNECTIONS is set "   \
+      "below 8, then 1; must be the same on every rank")                                          \
     X(CUDAIPC_INPLACE, INT, "1", 0, 1,                                                             \
       "cudaipc transport: 1 lets the engine reduce chunks in the receive slot they landed in and " \
       "write results into the next rank's slot; 0 copies every message in and out (for "         \

@@ -16,18 +16,19 @@
  * staging before `start`, the host executor runs on the staging copies, and
  * the outputs are copied back after `done`. Host buffers are used as they
  * are. Ring and chain collectives on device buffers go chunk by chunk
- * instead (coll/pipeline.c): GPU to GPU over the device ring where it has
- * edges (devring.c, cudaipc), else through pinned slots; that GPU work is
- * queued by the progress thread, on streams of the library's, while the
- * caller's stream waits for `done`.
+ * instead: through pinned slots, all their GPU work queued here at the call
+ * on the library's stream behind waits for the network (coll/devqueue.h);
+ * or GPU to GPU over the device ring where this rank has edges of it
+ * (devring.c, cudaipc), whose GPU work the progress thread queues as chunks
+ * arrive (coll/pipeline.c), while the caller's stream waits for `done`.
  *
- * Why the copies go on the caller's stream: streams share a GPU's hardware
+ * Why GPU work is queued at the call: streams share a GPU's hardware
  * queues (CUDA_DEVICE_MAX_CONNECTIONS of them, 8 unless set; Megatron-LM
  * sets 1), and a queue runs its work in the order it was queued, whatever
  * the stream. Work queued after the caller's wait for `done`, on a stream
  * that shares its queue, waits behind it: for `done`, which waits for that
- * work. So the chunked device path, whose GPU work comes later, is used only
- * where the hardware queues are not known to be fewer than CUDA's default
+ * work. So the device ring, whose GPU work comes later, is used only where
+ * the hardware queues are not known to be fewer than CUDA's default
  * (RCC_DEVICE_PIPELINE); docs/cuda.md says more.
  */
 #include <pthread.h>
@@ -39,6 +40,7 @@
 
 #define RCCI_LOG_SUBSYS RCCI_SUBSYS_CUDA /* log.h: the subsystem of this file's lines */
 #include "clock.h"
+#include "coll/devqueue.h"
 #include "comm.h"
 #include "devapi.h"
 #include "log.h"
@@ -129,7 +131,12 @@ struct rcci_streams {
     uint64_t issued;          /* tickets handed out: picks the pair; under comm->lock */
     uint32_t last[STREAM_MARKS]; /* per pair, the ticket of its last operation (0: none) */
     int device;               /* of the first stream call's thread */
-    void *copy_stream;        /* staging copies */
+    void *copy_stream;        /* staging copies; the queued device path's work */
+    /* Held from a call's ticket until its operation is queued for the
+     * progress thread: the GPU work of the queued device path
+     * (coll/devqueue.h) goes on copy_stream in the order the progress
+     * thread runs the operations, also with several calling threads. */
+    pthread_mutex_t submit_lock;
     pthread_mutex_t cache_lock;
     /* Staging buffers not in use; those in use are the operations'. */
     struct staging {
@@ -161,6 +168,7 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
             s->dev = rcci_devapi();
             s->device = s->dev->current_device();
             pthread_mutex_init(&s->cache_lock, NULL);
+            pthread_mutex_init(&s->submit_lock, NULL);
             void *flags = NULL;
             res = s->dev->host_alloc(&flags, 2 * STREAM_MARKS * sizeof(uint32_t));
             s->flags = flags;
@@ -170,6 +178,7 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
                 if (flags)
                     s->dev->host_free(flags);
                 pthread_mutex_destroy(&s->cache_lock);
+                pthread_mutex_destroy(&s->submit_lock);
                 free(s);
                 s = NULL;
             }
@@ -211,6 +220,7 @@ void rcci_streams_free(struct rcc_comm *comm)
     s->dev->stream_destroy(s->copy_stream);
     s->dev->host_free((void *)s->flags);
     pthread_mutex_destroy(&s->cache_lock);
+    pthread_mutex_destroy(&s->submit_lock);
     free(s);
     comm->streams = NULL;
 }
@@ -577,10 +587,31 @@ void rcci_stream_group_end(void)
 /* Stores done = ticket for `op` (and the members it stands for): the
  * streams waiting for it move on. Gives its pinned slots back: the device
  * path has ended (and quiesced its GPU work) before. Idempotent. */
+/* The queued device path's GPU work, before its stream may go on: let run
+ * through (after a failure its waits would never be met) and waited for,
+ * within STREAM_SETTLE_NS; then its state goes. */
+#define STREAM_SETTLE_NS (5ll * 1000000000)
+static void stream_devq_settle(rcci_op_t *op)
+{
+    rcci_devq_t *q = op->mark.devq;
+    rcci_devq_release(q);
+    int64_t deadline = rcci_now_ns() + STREAM_SETTLE_NS;
+    int done = 0;
+    while (rcci_devq_gpu_done(q, &done) == RCC_SUCCESS && !done && rcci_now_ns() < deadline)
+        nanosleep(&(struct timespec){0, 50 * 1000}, NULL);
+    if (!done)
+        RCC_WARN("op #%u: its GPU work did not end within %.0f s of its end; its stream goes on",
+                 op->seq, STREAM_SETTLE_NS / 1e9);
+    rcci_devq_free(op->mark.streams->comm, q);
+    op->mark.devq = NULL;
+}
+
 void rcci_stream_release(rcci_op_t *op)
 {
     for (int i = 0; i < op->nmembers; i++)
         rcci_stream_release(op->members[i]);
+    if (op->mark.devq)
+        stream_devq_settle(op);
     if (op->mark.done && !op->mark.released) {
         op->mark.released = 1;
         __atomic_store_n(op->mark.done, op->mark.ticket, __ATOMIC_RELEASE);
@@ -612,12 +643,13 @@ static rcc_result_t mark_pair_free(struct rcc_comm *comm, volatile uint32_t *don
 int rcci_stream_device_pipeline(void)
 {
     int setting = rcci_param_int(RCCI_PARAM_DEVICE_PIPELINE);
-    if (setting != 2)
+    if (setting != RCCI_DEVPIPE_AUTO)
         return setting;
     const char *env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
     char *end;
     long n = env && *env ? strtol(env, &end, 10) : 0;
-    return !(env && *env && *end == '\0' && n >= 1 && n < 8);
+    return env && *env && *end == '\0' && n >= 1 && n < 8 ? RCCI_DEVPIPE_QUEUED
+                                                         : RCCI_DEVPIPE_RING;
 }
 
 /* Ring and chain collectives whose buffers are all device memory run chunk
@@ -645,6 +677,38 @@ static int op_pipelines_on_device(struct rcc_comm *comm, const rcci_op_t *op,
     }
 }
 
+/* Queues a device operation's GPU work on the library's stream, at the
+ * call (coll/devqueue.h): over the host ring, where this rank has no edge
+ * of the device ring (whose work the progress thread queues, pipeline.c).
+ * Its pinned slots and device scratch go after that work, in stream order,
+ * whatever happens. */
+static int stream_queues_device(const struct rcc_comm *comm)
+{
+    return comm->dsend_link.nconns == 0 && comm->drecv_link.nconns == 0;
+}
+
+static rcc_result_t stream_queue_device(struct rcc_comm *comm, struct rcci_streams *s,
+                                        rcci_op_t *op)
+{
+    char *dscratch = NULL;
+    size_t scratch = rcci_coll_device_scratch_bytes(comm, op);
+    rcc_result_t res = scratch ? s->dev->dev_alloc((void **)&dscratch, scratch, s->copy_stream)
+                               : RCC_SUCCESS;
+    if (res == RCC_SUCCESS)
+        res = rcci_devq_queue(comm, op, s->dev, s->copy_stream, op->mark.start, op->mark.ticket,
+                              op->mark.pin, dscratch, &op->mark.devq);
+    if (res != RCC_SUCCESS)
+        rcci_devq_release(op->mark.devq); /* what it queued runs through */
+    if (dscratch)
+        s->dev->dev_free(dscratch, s->copy_stream);
+    staging_pend(s, op->mark.pin, op->mark.pin_bytes, s->copy_stream);
+    op->mark.pin = NULL;
+    return res;
+}
+
+static rcc_result_t stream_submit(struct rcc_comm *comm, struct rcci_streams *s, rcci_op_t *op,
+                                  void *stream);
+
 rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stream)
 {
     struct rcci_streams *s;
@@ -653,6 +717,16 @@ rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stre
         rcci_op_release(op);
         return res;
     }
+    pthread_mutex_lock(&s->submit_lock);
+    res = stream_submit(comm, s, op, stream);
+    pthread_mutex_unlock(&s->submit_lock);
+    return res;
+}
+
+static rcc_result_t stream_submit(struct rcc_comm *comm, struct rcci_streams *s, rcci_op_t *op,
+                                  void *stream)
+{
+    rcc_result_t res;
     pthread_mutex_lock(&comm->lock);
     uint32_t ticket = ++s->tickets;
     if (ticket == 0) /* 0 is the flags' initial value: never a ticket */
@@ -675,15 +749,20 @@ rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stre
     stage_t *stage = NULL;
     if (res == RCC_SUCCESS && !op->device)
         res = stage_begin(comm, s, op, stream, &stage);
+    int queued = op->device && stream_queues_device(comm);
     if (res == RCC_SUCCESS && op->device) { /* its pinned slots, here (rcci_mark_t) */
         op->mark.streams = s;
-        res = staging_take(s, 2 * (size_t)comm->slots * rcci_coll_device_chunk(comm, op),
+        res = staging_take(s,
+                           queued ? rcci_devq_pinned_bytes(comm, op)
+                                  : 2 * (size_t)comm->slots * rcci_coll_device_chunk(comm, op),
                            &op->mark.pin, &op->mark.pin_bytes);
         if (res != RCC_SUCCESS)
             op->mark.pin = NULL;
     }
     if (res == RCC_SUCCESS)
         res = s->dev->write_flag(stream, start, ticket);
+    if (res == RCC_SUCCESS && queued)
+        res = stream_queue_device(comm, s, op);
     if (res == RCC_SUCCESS && rcci_group_active()) {
         group_wait_t w = {s->dev, stream, done, ticket, op, stage};
         res = group_wait_add(&w);
@@ -790,9 +869,17 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
         x->op->started_ns = rcci_now_ns();
         x->phase = PH_RUN;
         *progressed = 1;
-        /* Staged ops run on the copies their stream made before `start`. */
-        return x->op->device ? stream_pipeline_start(comm, x) : RCC_SUCCESS;
+        /* Staged ops run on the copies their stream made before `start`;
+         * queued ones drive the GPU work queued at the call. */
+        return x->op->device && !x->op->mark.devq ? stream_pipeline_start(comm, x) : RCC_SUCCESS;
     case PH_RUN:
+        if (x->op->mark.devq) {
+            int ended = 0;
+            res = rcci_devq_advance(comm, x->op->mark.devq, progressed, &ended);
+            if (res == RCC_SUCCESS && ended)
+                x->phase = PH_DRAIN;
+            return res;
+        }
         if (!x->inner) {
             res = rcci_exec_host_start(comm, x->op, &x->inner);
             if (res != RCC_SUCCESS)
@@ -818,7 +905,8 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
         return res;
     case PH_DRAIN: {
         int ready = 0;
-        res = x->s->dev->event_query(x->event, &ready);
+        res = x->op->mark.devq ? rcci_devq_gpu_done(x->op->mark.devq, &ready)
+                               : x->s->dev->event_query(x->event, &ready);
         if (res != RCC_SUCCESS || !ready) {
             comm->poll_ms = 1;
             return res;
@@ -848,7 +936,9 @@ void rcci_stream_exec_finish(struct rcc_comm *comm, rcci_exec_t *x)
 
 void rcci_stream_waiting_for(struct rcc_comm *comm, rcci_exec_t *x, char *buf, size_t size)
 {
-    if (x->phase == PH_RUN && x->inner)
+    if (x->phase == PH_RUN && x->op->mark.devq)
+        rcci_devq_waiting_for(comm, x->op->mark.devq, buf, size);
+    else if (x->phase == PH_RUN && x->inner)
         rcci_exec_host_waiting_for(comm, x->op, x->inner, buf, size);
     else
         snprintf(buf, size, "%s",

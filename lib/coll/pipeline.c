@@ -102,22 +102,26 @@ static char *pipe_slot(struct rcc_comm *comm, size_t item)
     return comm->slot_mem + (item % (size_t)comm->slots) * comm->chunk_bytes;
 }
 
-/* Names the step in an error: "reduce_scatter #7 (float32 sum, 1000
- * elements) item 2, receiving from rank 1 (127.0.0.1:4000): " + detail. */
-static rcc_result_t pipe_fail(struct rcc_comm *comm, rcci_exec_t *x, rcc_result_t res, size_t item,
-                              int is_send)
+rcc_result_t rcci_coll_step_fail(struct rcc_comm *comm, const rcci_op_t *op,
+                                 const rcci_schedule_t *sched, int peer, rcc_result_t res,
+                                 size_t item, int is_send)
 {
-    char peer[128];
-    int rank = is_send ? x->sl->peer : x->rl->peer;
-    rcci_bootstrap_peer_name(comm->bootstrap, rank, peer, sizeof peer);
-    const rcci_op_t *op = x->op;
-    size_t nchunks = x->sched.ring.nchunks ? x->sched.ring.nchunks : x->sched.nchunks;
+    char name[128];
+    rcci_bootstrap_peer_name(comm->bootstrap, peer, name, sizeof name);
+    size_t nchunks = sched->ring.nchunks ? sched->ring.nchunks : sched->nchunks;
     nchunks = nchunks ? nchunks : 1;
     rcci_error_prefix(
         "%s #%u (%s %s, count %zu, root %d) step %zu chunk %zu, %s %s: ", rcci_coll_name(op->coll),
         op->seq, rcc_datatype_name(op->dtype), rcc_redop_name(op->redop), op->count, op->root,
-        item / nchunks, item % nchunks, is_send ? "sending to" : "receiving from", peer);
+        item / nchunks, item % nchunks, is_send ? "sending to" : "receiving from", name);
     return res;
+}
+
+static rcc_result_t pipe_fail(struct rcc_comm *comm, rcci_exec_t *x, rcc_result_t res, size_t item,
+                              int is_send)
+{
+    return rcci_coll_step_fail(comm, x->op, &x->sched, is_send ? x->sl->peer : x->rl->peer, res,
+                               item, is_send);
 }
 
 /* Grows the communicator's scratch to `bytes` (kept for later operations). */
@@ -163,8 +167,41 @@ static size_t pipe_chunk_elems(const struct rcc_comm *comm, const rcci_op_t *op,
     return bytes / esize ? bytes / esize : 1;
 }
 
-/* `scratch`: where partial results go (reduce-scatter's two segments, or
- * reduce's `slots` chunks); NULL: the communicator's host areas. */
+/* The schedule of `op` in chunks of at most `chunk_bytes`; `scratch`: where
+ * partial results go (reduce-scatter's two segments, or reduce's `slots`
+ * chunks), NULL: the communicator's host areas. */
+static void pipe_schedule(struct rcc_comm *comm, const rcci_op_t *op, char *scratch,
+                          size_t chunk_bytes, size_t min_chunks, rcci_schedule_t *sched)
+{
+    size_t esize = rcc_datatype_size(op->dtype);
+    *sched = (rcci_schedule_t){.coll = op->coll,
+                               .rank = comm->rank,
+                               .nranks = comm->nranks,
+                               .root = op->root,
+                               .count = op->count,
+                               .esize = esize,
+                               .redop = op->redop,
+                               .sendbuf = op->sendbuf,
+                               .recvbuf = op->recvbuf,
+                               .scratch = scratch ? scratch : comm->scratch,
+                               .stage = scratch ? scratch : comm->stage_mem,
+                               .slots = (size_t)comm->slots,
+                               .chunk_elems =
+                                   pipe_chunk_elems(comm, op, esize, chunk_bytes, min_chunks)};
+    rcci_schedule_init(sched);
+}
+
+size_t rcci_coll_edge_conns(const struct rcc_comm *comm, const rcci_op_t *op)
+{
+    /* The operation's whole buffer, the same on every rank. */
+    size_t nblocks = op->coll == RCCI_COLL_REDUCE_SCATTER || op->coll == RCCI_COLL_ALLGATHER
+                         ? (size_t)comm->nranks
+                         : 1;
+    size_t bytes = op->count * rcc_datatype_size(op->dtype) * nblocks;
+    size_t n = bytes >= comm->send_link.spread_min_bytes ? (size_t)comm->send_link.nconns : 1;
+    return n < 1 ? 1 : n;
+}
+
 static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scratch,
                                size_t chunk_bytes, size_t min_chunks, rcci_exec_t **out)
 {
@@ -180,29 +217,8 @@ static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scrat
                 : pipe_scratch(comm, rcci_schedule_scratch_bytes(op->coll, op->count, esize));
     if (res != RCC_SUCCESS)
         return res;
-    x->sched = (rcci_schedule_t){.coll = op->coll,
-                                 .rank = comm->rank,
-                                 .nranks = comm->nranks,
-                                 .root = op->root,
-                                 .count = op->count,
-                                 .esize = esize,
-                                 .redop = op->redop,
-                                 .sendbuf = op->sendbuf,
-                                 .recvbuf = op->recvbuf,
-                                 .scratch = scratch ? scratch : comm->scratch,
-                                 .stage = scratch ? scratch : comm->stage_mem,
-                                 .slots = (size_t)comm->slots,
-                                 .chunk_elems =
-                                     pipe_chunk_elems(comm, op, esize, chunk_bytes, min_chunks)};
-    rcci_schedule_init(&x->sched);
-    /* The operation's whole buffer, the same on every rank. */
-    size_t nblocks = op->coll == RCCI_COLL_REDUCE_SCATTER || op->coll == RCCI_COLL_ALLGATHER
-                         ? (size_t)comm->nranks
-                         : 1;
-    size_t bytes = op->count * esize * nblocks;
-    x->nconns = bytes >= comm->send_link.spread_min_bytes ? (size_t)comm->send_link.nconns : 1;
-    if (x->nconns < 1)
-        x->nconns = 1;
+    pipe_schedule(comm, op, scratch, chunk_bytes, min_chunks, &x->sched);
+    x->nconns = rcci_coll_edge_conns(comm, op);
     x->sl = &comm->send_link;
     x->rl = &comm->recv_link;
     x->snconns = x->rnconns = x->nconns;
@@ -226,6 +242,12 @@ rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *
 static size_t pipe_device_min_chunks(const struct rcc_comm *comm)
 {
     return comm->devring_whole ? PIPE_DEVICE_MIN_CHUNKS : PIPE_MIN_CHUNKS;
+}
+
+void rcci_coll_device_schedule(struct rcc_comm *comm, const rcci_op_t *op, char *dscratch,
+                               rcci_schedule_t *sched)
+{
+    pipe_schedule(comm, op, dscratch, comm->dev_chunk_bytes, pipe_device_min_chunks(comm), sched);
 }
 
 size_t rcci_coll_device_chunk(const struct rcc_comm *comm, const rcci_op_t *op)
@@ -989,6 +1011,18 @@ static int pipe_device_quiesce(struct rcc_comm *comm, rcci_exec_t *x)
     return drained;
 }
 
+void rcci_coll_test_once(const rcci_link_t *sl, const rcci_link_t *rl, rcci_request_t **sreq,
+                         rcci_request_t **rreq, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int complete;
+        if (sreq[i])
+            sl->tr->test(sreq[i], &complete);
+        if (rreq[i])
+            rl->tr->test(rreq[i], &complete);
+    }
+}
+
 void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
 {
     if (!x)
@@ -998,13 +1032,8 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
      * closes after a failure (freeing them). */
     char error[RCCI_ERR_TEXT_BYTES]; /* the failure being reported stays the story */
     snprintf(error, sizeof error, "%s", rcci_tls_error());
-    for (int i = 0; i < comm->slots && x->sreq && x->rreq; i++) {
-        int complete;
-        if (x->sreq[i])
-            x->sl->tr->test(x->sreq[i], &complete);
-        if (x->rreq[i])
-            x->rl->tr->test(x->rreq[i], &complete);
-    }
+    if (x->sreq && x->rreq)
+        rcci_coll_test_once(x->sl, x->rl, x->sreq, x->rreq, (size_t)comm->slots);
     pipe_window_settle(x->rl, &x->wsreq);
     pipe_window_settle(x->sl, &x->wrreq);
     pipe_window_settle(x->sl, &x->wasreq);

@@ -27,10 +27,11 @@
 #   streamperf-tcp-N.txt       streamperf with RCC_TRANSPORT=tcp at 64 and 256 MiB, N = 2 and 4
 #                              ranks: device buffers staged over TCP (issue 6's path, 3 rounds
 #                              at 4 ranks; issue 7's 5x reference)
-#   one-queue-M.txt            streamperf, 2 ranks over TCP at 64 MiB with every stream on one
-#                              hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1): M = 2 (auto:
-#                              staged whole) and 1 (chunked path forced: expected to stall until
-#                              RCC_TIMEOUT); their exit statuses in one-queue.txt
+#   one-queue-M.txt            streamperf, 2 ranks at 64 MiB with every stream on one hardware
+#                              queue (CUDA_DEVICE_MAX_CONNECTIONS=1): M = 3 (auto: chunked, GPU
+#                              work queued at the call, over TCP), 0 (staged whole, over TCP)
+#                              and ring (RCC_DEVICE_PIPELINE=2, the device ring forced: expected
+#                              to stall until RCC_TIMEOUT); their exit statuses in one-queue.txt
 #   shim-torch.log             tests/shim/run-torch.sh (skipped where python3 has no CUDA torch)
 #   summary.txt                what is printed at the end
 # Every stage has its own time limit, cut to what is left of RCC_DEVICE_BUDGET (seconds,
@@ -162,15 +163,19 @@ for n in 2 4; do
     rc=$?
     [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 done
-# Hardware queues (docs/cuda.md): every stream on one queue, 2 ranks over TCP at 64 MiB. Auto
-# (2) stages device buffers whole on the caller's stream and must run; the chunked path forced
-# (1) is expected to stall until RCC_TIMEOUT fails it (its GPU work queued behind the caller's
-# wait). Evidence for the design, not a pass/fail of the run.
-for mode in 2 1; do
+# Hardware queues (docs/cuda.md): every stream on one queue, 2 ranks at 64 MiB. Auto (3) goes
+# chunk by chunk over TCP with its GPU work queued at the call and must run, as must staged
+# whole (0); the device ring forced (2, cudaipc) is expected to stall until RCC_TIMEOUT fails
+# it (its GPU work queued behind the caller's wait). Evidence for the design.
+for mode in 3 0 ring; do
+    transport=tcp pipeline=$mode
+    [ "$mode" = ring ] && transport= pipeline=2
     stage "one-queue-$mode" 40 "$out/one-queue-$mode.txt" env RCC_TIMEOUT=10 RCC_STALL_WARN=5 \
-        CUDA_DEVICE_MAX_CONNECTIONS=1 RCC_DEVICE_PIPELINE="$mode" RCC_TRANSPORT=tcp \
+        CUDA_DEVICE_MAX_CONNECTIONS=1 RCC_DEVICE_PIPELINE="$pipeline" RCC_TRANSPORT="$transport" \
         "$build/tools/ringcc-run" -n 2 "$build/bench/ringcc-streamperf" -b 64M -e 64M -n 3 -w 1 -r 1
-    echo "one-queue-$mode: exit status $?" >>"$out/one-queue.txt"
+    rc=$?
+    echo "one-queue-$mode: exit status $rc" >>"$out/one-queue.txt"
+    [ "$mode" = ring ] || [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 done
 # torch.distributed (backend nccl) with 2 and 4 processes on GPU 0 through the preloaded shim:
 # every collective, then DDP against single-process training; 80 s at most per run.
@@ -201,9 +206,9 @@ rc=$?
         echo "--- ringcc-streamperf, $n ranks, RCC_TRANSPORT=tcp"
         cat "$out/streamperf-tcp-$n.txt"
     done
-    echo "--- one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1), 2 ranks, TCP, 64 MiB: auto, forced chunked"
+    echo "--- one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1), 2 ranks, 64 MiB: auto and staged whole over TCP, device ring forced"
     cat "$out/one-queue.txt"
-    tail -n 5 "$out/one-queue-2.txt" "$out/one-queue-1.txt"
+    tail -n 5 "$out/one-queue-3.txt" "$out/one-queue-0.txt" "$out/one-queue-ring.txt"
     echo "--- PyTorch through the NCCL shim"
     grep -E '^(ok|FAIL|SKIP|collectives:|ddp:|  skipped:)' "$out/shim-torch.log"
 } | tee -a "$out/summary.txt"

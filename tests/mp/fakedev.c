@@ -394,7 +394,8 @@ static rcc_result_t fake_host_alloc(void **p, size_t bytes)
 static void fake_host_free(void *p) { free(p); }
 
 /* Stream order does not matter here: the memory exists at once and is
- * freed only after the stream has run what was queued before the free. */
+ * freed when the stream reaches the free (as cudaFreeAsync: the caller
+ * never waits). */
 static rcc_result_t fake_dev_alloc(void **p, size_t bytes, void *stream)
 {
     (void)stream;
@@ -404,8 +405,7 @@ static rcc_result_t fake_dev_alloc(void **p, size_t bytes, void *stream)
 
 static void fake_dev_free(void *p, void *stream)
 {
-    fakedev_stream_sync(stream, 60);
-    fakedev_free(p);
+    stream_push(stream, (item_t){.kind = ITEM_FN, .fn = fakedev_free, .arg = p});
 }
 
 static rcc_result_t fake_stream_create(void **stream)

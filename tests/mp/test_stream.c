@@ -255,17 +255,21 @@ END_TEST
 
 /* Rank 0 queues an allreduce the others never call (they leave); its
  * stream must still get past the operation, and the communicator must
- * report the failure. */
+ * report the failure. arg non-NULL: large enough to go chunk by chunk,
+ * over TCP, so that its GPU work is queued at the call, waiting for
+ * chunks that never come. */
 static int rank_failure(int rank, int n, void *arg)
 {
-    (void)arg;
+    size_t count = arg ? 600001 : 1000;
+    if (arg)
+        setenv("RCC_TRANSPORT", "tcp", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(3000);
     if (rank != 0)
         return td_finish(comm, 0);
     void *stream = fakedev_stream_create();
-    float *d = fakedev_malloc(1000 * sizeof(float));
-    rcc_result_t res = rcc_allreduce_stream(d, d, 1000, RCC_FLOAT32, RCC_SUM, comm, stream);
+    float *d = fakedev_malloc(count * sizeof(float));
+    rcc_result_t res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
     double t0 = td_now_s();
     if (res != RCC_SUCCESS)
         MP_FAIL("the call itself failed: %s: %s", rcc_result_name(res), rcc_last_error(comm));
@@ -277,7 +281,7 @@ static int rank_failure(int rank, int n, void *arg)
         MP_FAIL("%d ranks: the failure is not reported by rcc_comm_get_async_error", n);
     printf("rank 0: stream released %.3f s after the call; async error %s: %s\n",
            td_now_s() - t0, rcc_result_name(async), rcc_last_error(comm));
-    res = rcc_allreduce_stream(d, d, 1000, RCC_FLOAT32, RCC_SUM, comm, stream);
+    res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
     if (res == RCC_SUCCESS && fakedev_stream_sync(stream, 20))
         MP_FAIL("a call on the broken communicator left its stream waiting");
     fakedev_free(d);
@@ -289,6 +293,13 @@ static int rank_failure(int rank, int n, void *arg)
 START_TEST(failure_releases_the_stream)
 {
     ck_assert_int_eq(mp_run(_i, rank_failure, NULL, 120), 0);
+}
+END_TEST
+
+START_TEST(failure_releases_the_stream_chunked)
+{
+    static const int chunked = 1;
+    ck_assert_int_eq(mp_run(_i, rank_failure, (void *)&chunked, 120), 0);
 }
 END_TEST
 
@@ -414,6 +425,7 @@ static Suite *stream_suite(void)
     tcase_add_loop_test(tc, collectives_on_a_stream_tcp, 2, 5);
     tcase_add_loop_test(tc, p2p_on_a_stream, 1, 6);
     tcase_add_loop_test(tc, failure_releases_the_stream, 2, 5);
+    tcase_add_loop_test(tc, failure_releases_the_stream_chunked, 2, 4);
     tcase_add_test(tc, device_and_host_buffers_across_ranks);
     tcase_add_test(tc, tickets_wrap);
     suite_add_tcase(s, tc);

@@ -1,0 +1,450 @@
+/*
+ * The chunked device path over the host ring, queued at the call
+ * (devqueue.h says why). The same schedules and the same messages as
+ * pipeline.c's device mode, so a rank running this and a neighbour
+ * running that meet on the wire; what differs is who queues the GPU work
+ * and when.
+ *
+ * Queue order (one stream): for each receive r in turn, first the sends
+ * whose receive has been dealt with (dep < r), then r's landing: wait for
+ * "landed > r", reduce (or copy) out of its slot, writing the send that
+ * forwards it into that send's slot in the same pass where that send is
+ * the next one. Every wait is for the network, which depends only on GPU
+ * work queued before it, on this rank and (through earlier messages) on
+ * the others.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "devqueue.h"
+#include "log.h"
+#include "memreg.h"
+
+enum { F_LANDED, F_FREED, F_CONSUMED, F_STAGED, F_COUNT };
+#define DEVQ_FLAG_STRIDE 64 /* a cache line each: the host and the GPU write different ones */
+#define DEVQ_FLAGS_BYTES (F_COUNT * DEVQ_FLAG_STRIDE)
+/* Stored by rcci_devq_release: past every value a wait of the operation
+ * asks for (items are far fewer), as the waits compare cyclically. */
+#define DEVQ_RUN_THROUGH 0x40000000u
+
+struct rcci_devq {
+    rcci_op_t *op; /* not a reference: the operation owns this */
+    rcci_schedule_t sched;
+    const rcci_devapi_t *dev;
+    const rcci_link_t *sl, *rl;
+    size_t nconns, slots, chunk_bytes;
+    char *pin_recv, *pin_send;
+    volatile uint32_t *flag[F_COUNT];
+    /* Per send item, decided at the call: where it goes from (its pinned
+     * slot, or the device memory itself over GPUDirect RDMA) and with which
+     * registration (NULL: the transport copies). */
+    const char **sfrom;
+    rcci_mr_t **smr;
+    unsigned char *routed;
+    rcci_memreg_held_t held;
+    rcci_request_t **sreq, **rreq; /* by item % slots */
+    size_t send_posted, send_done, recv_posted, recv_done;
+    rcci_tag_t tag;
+    int tagged;
+    int64_t last_progress_ns;
+    void *end_event; /* recorded after all its GPU work */
+    int end_recorded;
+};
+
+static size_t devq_flags_offset(size_t slots, size_t chunk)
+{
+    return (2 * slots * chunk + DEVQ_FLAG_STRIDE - 1) / DEVQ_FLAG_STRIDE * DEVQ_FLAG_STRIDE;
+}
+
+size_t rcci_devq_pinned_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
+{
+    return devq_flags_offset((size_t)comm->slots, rcci_coll_device_chunk(comm, op)) +
+           DEVQ_FLAGS_BYTES;
+}
+
+static uint32_t flag_load(const rcci_devq_t *q, int f)
+{
+    return __atomic_load_n(q->flag[f], __ATOMIC_ACQUIRE);
+}
+
+static void flag_store(rcci_devq_t *q, int f, size_t value)
+{
+    __atomic_store_n(q->flag[f], (uint32_t)value, __ATOMIC_RELEASE);
+}
+
+/* ---- at the call: the GPU work -------------------------------------------- */
+
+static rcc_result_t q_wait(rcci_devq_t *q, void *stream, int f, size_t value)
+{
+    return q->dev->wait_flag(stream, q->flag[f], (uint32_t)value);
+}
+
+static rcc_result_t q_write(rcci_devq_t *q, void *stream, int f, size_t value)
+{
+    return q->dev->write_flag(stream, q->flag[f], (uint32_t)value);
+}
+
+static char *q_send_slot(const rcci_devq_t *q, size_t s)
+{
+    return q->pin_send + (s % q->slots) * q->chunk_bytes;
+}
+
+/* Send s goes from its pinned slot, or from the device memory itself where
+ * that is registered for GPUDirect RDMA with the send edge's transport. */
+static void q_route(struct rcc_comm *comm, rcci_devq_t *q, size_t s, const rcci_send_step_t *ss)
+{
+    if (q->routed[s])
+        return;
+    q->routed[s] = 1;
+    size_t bytes = ss->count * q->sched.esize;
+    rcci_mr_t *gdr = rcci_memreg_send_mr(comm, &q->held, q->sl->tr, ss->src, bytes);
+    if (gdr) {
+        q->sfrom[s] = ss->src, q->smr[s] = gdr;
+        __atomic_fetch_add(&comm->gdr_sends, 1, __ATOMIC_RELAXED); /* tests read it */
+        return;
+    }
+    q->sfrom[s] = q_send_slot(q, s);
+    q->smr[s] = rcci_memreg_send_mr(comm, &q->held, q->sl->tr, q->sfrom[s], bytes);
+}
+
+static int q_from_slot(const rcci_devq_t *q, size_t s)
+{
+    return q->sfrom[s] == q_send_slot(q, s);
+}
+
+/* Send slot s % slots is written only once send s - slots has left. */
+static rcc_result_t q_slot_free(rcci_devq_t *q, void *stream, size_t s)
+{
+    return s >= q->slots ? q_wait(q, stream, F_FREED, s - q->slots + 1) : RCC_SUCCESS;
+}
+
+/* Send s on its own: copied into its slot (nothing over GPUDirect RDMA),
+ * then "staged" (the stream's earlier work, which produced it, is done). */
+static rcc_result_t q_stage_send(struct rcc_comm *comm, rcci_devq_t *q, void *stream, size_t s)
+{
+    rcci_send_step_t ss;
+    rcci_schedule_send(&q->sched, s, &ss);
+    rcc_result_t res = RCC_SUCCESS;
+    if (ss.count > 0) {
+        q_route(comm, q, s, &ss);
+        if (q_from_slot(q, s)) {
+            res = q_slot_free(q, stream, s);
+            if (res == RCC_SUCCESS)
+                res = q->dev->copy(q_send_slot(q, s), ss.src, ss.count * q->sched.esize, stream);
+        }
+    }
+    return res == RCC_SUCCESS ? q_write(q, stream, F_STAGED, s + 1) : res;
+}
+
+/* Receive r's landing: out of its slot into the result (or destination),
+ * and into send `*next`'s slot in the same pass where that send forwards
+ * exactly this (then staged here). */
+static rcc_result_t q_land(struct rcc_comm *comm, rcci_devq_t *q, void *stream, size_t r,
+                           size_t *next)
+{
+    const rcci_op_t *op = q->op;
+    rcci_recv_step_t rs;
+    rcci_schedule_recv(&q->sched, r, &rs);
+    if (rs.count == 0)
+        return q_write(q, stream, F_CONSUMED, r + 1);
+    size_t bytes = rs.count * q->sched.esize;
+    rcc_result_t res = q_wait(q, stream, F_LANDED, r + 1);
+    if (res == RCC_SUCCESS && rs.guard >= 0) {
+        /* The area is free once send `guard` has read it: a copy into its
+         * slot queued before this, or over GPUDirect RDMA its leaving. */
+        size_t g = (size_t)rs.guard;
+        if (g >= *next)
+            return rcci_error(RCC_ERR_INTERNAL,
+                              "receive %zu must wait for send %zu, which is not queued yet", r, g);
+        if (q->routed[g] && !q_from_slot(q, g))
+            res = q_wait(q, stream, F_FREED, g + 1);
+    }
+    if (res != RCC_SUCCESS)
+        return res;
+    char *fwd = NULL;
+    if (*next < q->sched.nsend) {
+        rcci_send_step_t ss;
+        rcci_schedule_send(&q->sched, *next, &ss);
+        if (ss.dep == (long)r && ss.src == (rs.local ? rs.out : rs.dst) && ss.count == rs.count) {
+            q_route(comm, q, *next, &ss);
+            if (q_from_slot(q, *next)) {
+                fwd = q_send_slot(q, *next);
+                res = q_slot_free(q, stream, *next);
+            }
+        }
+    }
+    const char *in = q->pin_recv + (r % q->slots) * q->chunk_bytes;
+    const rcci_devapi_t *dev = q->dev;
+    if (res != RCC_SUCCESS)
+        return res;
+    if (!rs.local) {
+        if (fwd && dev->copy2) {
+            res = dev->copy2(rs.dst, fwd, in, bytes, stream);
+        } else {
+            res = dev->copy(rs.dst, in, bytes, stream);
+            if (res == RCC_SUCCESS && fwd)
+                res = dev->copy(fwd, in, bytes, stream);
+        }
+    } else if (fwd && rs.forward_only) { /* only the next rank needs it */
+        res = dev->reduce(fwd, rs.local, in, rs.count, op->dtype, op->redop, rs.divisor, stream);
+    } else if (fwd) {
+        res = dev->reduce_copy(rs.out, fwd, rs.local, in, rs.count, op->dtype, op->redop,
+                               rs.divisor, stream);
+    } else {
+        res = dev->reduce(rs.out, rs.local, in, rs.count, op->dtype, op->redop, rs.divisor, stream);
+    }
+    if (res == RCC_SUCCESS)
+        res = q_write(q, stream, F_CONSUMED, r + 1);
+    if (res == RCC_SUCCESS && fwd) {
+        res = q_write(q, stream, F_STAGED, *next + 1);
+        (*next)++;
+    }
+    return res;
+}
+
+/* The sends that are ready before receive r lands (what they forward has
+ * landed already, or they forward nothing), in order. */
+static rcc_result_t q_stage_ready(struct rcc_comm *comm, rcci_devq_t *q, void *stream, size_t r,
+                                  size_t *next)
+{
+    while (*next < q->sched.nsend) {
+        rcci_send_step_t ss;
+        rcci_schedule_send(&q->sched, *next, &ss);
+        if (ss.dep >= 0 && (size_t)ss.dep >= r)
+            return RCC_SUCCESS;
+        rcc_result_t res = q_stage_send(comm, q, stream, *next);
+        if (res != RCC_SUCCESS)
+            return res;
+        (*next)++;
+    }
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t q_alloc(struct rcc_comm *comm, rcci_op_t *op, const rcci_devapi_t *dev,
+                            char *pinned, char *dscratch, rcci_devq_t **out)
+{
+    rcci_devq_t *q = calloc(1, sizeof *q);
+    *out = q;
+    if (!q)
+        return rcci_error(RCC_ERR_NO_MEMORY, "device operation state");
+    q->op = op;
+    q->dev = dev;
+    rcci_coll_device_schedule(comm, op, dscratch, &q->sched);
+    q->sl = &comm->send_link;
+    q->rl = &comm->recv_link;
+    q->nconns = rcci_coll_edge_conns(comm, op);
+    q->slots = (size_t)comm->slots;
+    q->chunk_bytes = q->sched.chunk_elems * q->sched.esize; /* rcci_coll_device_chunk */
+    q->pin_recv = pinned;
+    q->pin_send = pinned + q->slots * q->chunk_bytes;
+    char *flags = pinned + devq_flags_offset(q->slots, q->chunk_bytes);
+    memset(flags, 0, DEVQ_FLAGS_BYTES); /* the area's last user is done with it (stream.c) */
+    for (int f = 0; f < F_COUNT; f++)
+        q->flag[f] = (volatile uint32_t *)(flags + (size_t)f * DEVQ_FLAG_STRIDE);
+    size_t nsend = q->sched.nsend ? q->sched.nsend : 1;
+    q->sfrom = calloc(nsend, sizeof *q->sfrom);
+    q->smr = calloc(nsend, sizeof *q->smr);
+    q->routed = calloc(nsend, 1);
+    q->sreq = calloc(q->slots, sizeof *q->sreq);
+    q->rreq = calloc(q->slots, sizeof *q->rreq);
+    if (!q->sfrom || !q->smr || !q->routed || !q->sreq || !q->rreq)
+        return rcci_error(RCC_ERR_NO_MEMORY, "device operation state");
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_devq_queue(struct rcc_comm *comm, rcci_op_t *op, const rcci_devapi_t *dev,
+                             void *stream, volatile uint32_t *start, uint32_t ticket,
+                             char *pinned, char *dscratch, rcci_devq_t **out)
+{
+    rcc_result_t res = q_alloc(comm, op, dev, pinned, dscratch, out);
+    rcci_devq_t *q = *out;
+    if (res == RCC_SUCCESS)
+        res = dev->event_create(&q->end_event);
+    if (res != RCC_SUCCESS)
+        return res;
+    /* Not before the caller's stream has reached the call. */
+    res = dev->wait_flag(stream, start, ticket);
+    char *dst;
+    const char *src;
+    size_t bytes, next = 0;
+    if (res == RCC_SUCCESS && rcci_schedule_local_copy(&q->sched, &dst, &src, &bytes))
+        res = dev->copy(dst, src, bytes, stream);
+    for (size_t r = 0; r < q->sched.nrecv && res == RCC_SUCCESS; r++) {
+        res = q_stage_ready(comm, q, stream, r, &next);
+        if (res == RCC_SUCCESS)
+            res = q_land(comm, q, stream, r, &next);
+    }
+    if (res == RCC_SUCCESS)
+        res = q_stage_ready(comm, q, stream, q->sched.nrecv, &next);
+    /* Its slots are done with once every send has left. */
+    if (res == RCC_SUCCESS && q->sched.nsend > 0)
+        res = q_wait(q, stream, F_FREED, q->sched.nsend);
+    if (res == RCC_SUCCESS)
+        res = dev->event_record(q->end_event, stream);
+    q->end_recorded = res == RCC_SUCCESS;
+    return res;
+}
+
+rcc_result_t rcci_devq_gpu_done(rcci_devq_t *q, int *done)
+{
+    *done = 0;
+    if (!q->end_recorded)
+        return rcci_error(RCC_ERR_INTERNAL, "the device operation's work was not all queued");
+    return q->dev->event_query(q->end_event, done);
+}
+
+/* ---- the progress thread: bytes and flags ----------------------------------- */
+
+static rcc_result_t devq_fail(struct rcc_comm *comm, rcci_devq_t *q, rcc_result_t res,
+                              size_t item, int is_send)
+{
+    return rcci_coll_step_fail(comm, q->op, &q->sched, is_send ? q->sl->peer : q->rl->peer, res,
+                               item, is_send);
+}
+
+/* Finished requests of one direction, in order, each storing its flag. */
+static rcc_result_t devq_reap(struct rcc_comm *comm, rcci_devq_t *q, int sends, int *progressed)
+{
+    const rcci_link_t *link = sends ? q->sl : q->rl;
+    rcci_request_t **reqs = sends ? q->sreq : q->rreq;
+    size_t *done = sends ? &q->send_done : &q->recv_done;
+    size_t posted = sends ? q->send_posted : q->recv_posted;
+    while (*done < posted) {
+        rcci_request_t **req = &reqs[*done % q->slots];
+        int complete = 1; /* empty steps were never posted */
+        if (*req) {
+            rcc_result_t res = link->tr->test(*req, &complete);
+            if (res != RCC_SUCCESS) {
+                *req = NULL;
+                return devq_fail(comm, q, res, *done, sends);
+            }
+            if (!complete)
+                return RCC_SUCCESS;
+            *req = NULL;
+        }
+        (*done)++;
+        flag_store(q, sends ? F_FREED : F_LANDED, *done);
+        *progressed = 1;
+    }
+    return RCC_SUCCESS;
+}
+
+rcc_result_t rcci_devq_advance(struct rcc_comm *comm, rcci_devq_t *q, int *progressed, int *done)
+{
+    size_t esize = q->sched.esize;
+    rcc_result_t res;
+    *progressed = *done = 0;
+    if (!q->tagged) { /* the sequence number is known once it runs */
+        rcci_op_tag(q->op, q->op->seq, &q->tag);
+        q->tagged = 1;
+        q->last_progress_ns = rcci_now_ns();
+    }
+    if ((res = devq_reap(comm, q, 0, progressed)) != RCC_SUCCESS)
+        return res;
+    /* Into slots the GPU has read. */
+    size_t consumed = flag_load(q, F_CONSUMED);
+    while (q->recv_posted < q->sched.nrecv && q->recv_posted < consumed + q->slots) {
+        rcci_recv_step_t step;
+        rcci_schedule_recv(&q->sched, q->recv_posted, &step);
+        if (step.count > 0) {
+            size_t k = q->recv_posted % q->slots;
+            res = q->rl->tr->irecv(q->rl->conns[q->recv_posted % q->nconns],
+                                   q->pin_recv + k * q->chunk_bytes, step.count * esize, &q->tag,
+                                   NULL, &q->rreq[k]);
+            if (res != RCC_SUCCESS)
+                return devq_fail(comm, q, res, q->recv_posted, 0);
+        }
+        q->recv_posted++;
+        *progressed = 1;
+    }
+    if ((res = devq_reap(comm, q, 1, progressed)) != RCC_SUCCESS)
+        return res;
+    /* What the GPU has staged, at most `slots` in flight. */
+    size_t staged = flag_load(q, F_STAGED);
+    while (q->send_posted < staged && q->send_posted < q->send_done + q->slots) {
+        rcci_send_step_t step;
+        rcci_schedule_send(&q->sched, q->send_posted, &step);
+        if (step.count > 0) {
+            size_t s = q->send_posted;
+            res = q->sl->tr->isend(q->sl->conns[s % q->nconns], q->sfrom[s], step.count * esize,
+                                   &q->tag, q->smr[s], &q->sreq[s % q->slots]);
+            if (res != RCC_SUCCESS)
+                return devq_fail(comm, q, res, s, 1);
+        }
+        q->send_posted++;
+        *progressed = 1;
+    }
+    int64_t now = rcci_now_ns();
+    if (*progressed)
+        q->last_progress_ns = now;
+    *done = q->recv_done == q->sched.nrecv && q->send_done == q->sched.nsend;
+    if (*done)
+        return RCC_SUCCESS;
+    /* Waiting for the GPU's flags, which epoll cannot see. */
+    if ((q->send_posted < q->sched.nsend && q->send_posted == staged) ||
+        (q->recv_posted < q->sched.nrecv && q->recv_posted == consumed + q->slots))
+        comm->poll_ms = 1;
+    if (now - q->last_progress_ns > comm->timeout_ns) {
+        int waiting_recv = q->recv_done < q->sched.nrecv;
+        res = rcci_error(RCC_ERR_TIMEOUT,
+                         "no progress for %.0f s (the peer stalled, the GPU did not get to this "
+                         "operation's work, or ranks called different operations)",
+                         comm->timeout_ns / 1e9);
+        return devq_fail(comm, q, res, waiting_recv ? q->recv_done : q->send_done, !waiting_recv);
+    }
+    return RCC_SUCCESS;
+}
+
+void rcci_devq_release(rcci_devq_t *q)
+{
+    if (!q || !q->flag[0])
+        return;
+    flag_store(q, F_LANDED, DEVQ_RUN_THROUGH);
+    flag_store(q, F_FREED, DEVQ_RUN_THROUGH);
+}
+
+void rcci_devq_free(struct rcc_comm *comm, rcci_devq_t *q)
+{
+    if (!q)
+        return;
+    char error[RCCI_ERR_TEXT_BYTES]; /* the failure being reported stays the story */
+    snprintf(error, sizeof error, "%s", rcci_tls_error());
+    if (q->sreq && q->rreq) /* requests still out after a failure */
+        rcci_coll_test_once(q->sl, q->rl, q->sreq, q->rreq, q->slots);
+    /* Never recorded: nothing will store it; recorded: only once stored. */
+    int ended = !q->end_recorded;
+    if (q->end_recorded && rcci_devq_gpu_done(q, &ended) != RCC_SUCCESS)
+        ended = 0;
+    if (q->end_event && ended)
+        q->dev->event_destroy(q->end_event);
+    rcci_tls_error_set(error);
+    rcci_memreg_drop(comm, &q->held);
+    free(q->sfrom);
+    free(q->smr);
+    free(q->routed);
+    free(q->sreq);
+    free(q->rreq);
+    free(q);
+}
+
+void rcci_devq_waiting_for(struct rcc_comm *comm, const rcci_devq_t *q, char *buf, size_t size)
+{
+    char peer[128];
+    size_t n = 0;
+    buf[0] = '\0';
+    if (q->recv_done < q->sched.nrecv) {
+        rcci_bootstrap_peer_name(comm->bootstrap, q->rl->peer, peer, sizeof peer);
+        n += (size_t)snprintf(buf, size, "%s (receive %zu of %zu)", peer, q->recv_done + 1,
+                              q->sched.nrecv);
+    }
+    if (q->send_done < q->sched.nsend && n < size) {
+        int gpu = q->send_posted == q->send_done && flag_load(q, F_STAGED) <= q->send_posted;
+        if (!gpu)
+            rcci_bootstrap_peer_name(comm->bootstrap, q->sl->peer, peer, sizeof peer);
+        snprintf(buf + n, size - n, "%s%s (send %zu of %zu%s)", n ? ", " : "",
+                 gpu ? "the GPU" : peer, q->send_done + 1, q->sched.nsend,
+                 gpu ? ": its copy into the send slot" : "");
+    }
+}

@@ -1,0 +1,73 @@
+/*
+ * The chunked device path over the host ring, queued at the call.
+ *
+ * A stream collective on device buffers over the host transports moves
+ * chunk by chunk through pinned slots, as coll/pipeline.c's device mode
+ * does, but all of its GPU work (the copies into send slots, the
+ * reductions and copies out of receive slots) is queued on the library's
+ * stream by the calling thread, at the call, each piece behind a wait for
+ * a flag that the progress thread stores when the network has done its
+ * part. The progress thread only moves bytes and stores flags.
+ *
+ * Why: streams share the GPU's hardware queues, and a queue runs its work
+ * in the order it was queued (docs/cuda.md, "Hardware queues"). GPU work
+ * queued later by the progress thread could land behind a wait the caller
+ * (or anyone) queued after the call for this operation's result, and wait
+ * for it: a deadlock. Work queued at the call comes before every such wait,
+ * and its own waits are for the network, which depends only on GPU work
+ * queued before them (earlier steps, on every rank).
+ *
+ * Flags (in the operation's pinned area, counted in schedule items):
+ *   landed   host -> GPU   receives 0..landed-1 are in their slots
+ *   freed    host -> GPU   sends 0..freed-1 have left (their slots are free)
+ *   consumed GPU -> host   receive slots 0..consumed-1 have been read
+ *   staged   GPU -> host   sends 0..staged-1 are ready to go
+ */
+#ifndef RINGCC_DEVQUEUE_H
+#define RINGCC_DEVQUEUE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "devapi.h"
+
+typedef struct rcci_devq rcci_devq_t;
+
+/* Pinned bytes the operation needs: 2 * slots chunks and its flags. */
+size_t rcci_devq_pinned_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
+
+/* Queues all of `op`'s GPU work on `stream` (the library's), starting once
+ * the caller's stream has stored *start >= ticket: `pinned` (of
+ * rcci_devq_pinned_bytes) and `dscratch` (rcci_coll_device_scratch_bytes)
+ * must stay until that work is done (rcci_devq_gpu_done). Calling thread;
+ * never blocks on the GPU. On failure part of the work may be queued:
+ * rcci_devq_release lets it run through. *out is set whenever something
+ * was allocated (free it with rcci_devq_free). */
+rcc_result_t rcci_devq_queue(struct rcc_comm *comm, rcci_op_t *op, const rcci_devapi_t *dev,
+                             void *stream, volatile uint32_t *start, uint32_t ticket,
+                             char *pinned, char *dscratch, rcci_devq_t **out);
+
+/* Whether the GPU work queued has all run (never blocks). */
+rcc_result_t rcci_devq_gpu_done(rcci_devq_t *q, int *done);
+
+/* Progress thread: moves what the GPU has staged, receives into free
+ * slots, stores the flags. *done once every message has gone both ways
+ * (the GPU may still be reducing the last chunk: rcci_devq_gpu_done). Fails
+ * after the communicator's timeout without progress. */
+rcc_result_t rcci_devq_advance(struct rcc_comm *comm, rcci_devq_t *q, int *progressed, int *done);
+
+/* After a failure: stores every flag the queued work may wait for, so
+ * that it runs through (on whatever the slots hold) rather than hold its
+ * stream forever. Any thread; idempotent. */
+void rcci_devq_release(rcci_devq_t *q);
+
+/* Requests still out are tested once (and dropped with their connection,
+ * which a failure closes); the registrations it held go. The GPU's end
+ * event stays where the GPU may still record it. */
+void rcci_devq_free(struct rcc_comm *comm, rcci_devq_t *q);
+
+/* "rank 1 (receive 3 of 12), the GPU (send 4 of 12)" for stall reports. */
+void rcci_devq_waiting_for(struct rcc_comm *comm, const rcci_devq_t *q, char *buf, size_t size);
+
+#endif /* RINGCC_DEVQUEUE_H */
