@@ -584,16 +584,16 @@ void rcci_stream_group_end(void)
     group_nwaits = group_cap = 0;
 }
 
-/* Stores done = ticket for `op` (and the members it stands for): the
- * streams waiting for it move on. Gives its pinned slots back: the device
- * path has ended (and quiesced its GPU work) before. Idempotent. */
 /* The queued device path's GPU work, before its stream may go on: let run
  * through (after a failure its waits would never be met) and waited for,
- * within STREAM_SETTLE_NS; then its state goes. */
+ * within STREAM_SETTLE_NS; then its state goes, and its pinned area is
+ * pended behind the library's stream. The area stays the operation's until
+ * here, since releasing writes its flags. */
 #define STREAM_SETTLE_NS (5ll * 1000000000)
 static void stream_devq_settle(rcci_op_t *op)
 {
     rcci_devq_t *q = op->mark.devq;
+    struct rcci_streams *s = op->mark.streams;
     rcci_devq_release(q);
     int64_t deadline = rcci_now_ns() + STREAM_SETTLE_NS;
     int done = 0;
@@ -602,10 +602,16 @@ static void stream_devq_settle(rcci_op_t *op)
     if (!done)
         RCC_WARN("op #%u: its GPU work did not end within %.0f s of its end; its stream goes on",
                  op->seq, STREAM_SETTLE_NS / 1e9);
-    rcci_devq_free(op->mark.streams->comm, q);
+    rcci_devq_free(s->comm, q);
     op->mark.devq = NULL;
+    if (op->mark.pin)
+        staging_pend(s, op->mark.pin, op->mark.pin_bytes, s->copy_stream);
+    op->mark.pin = NULL;
 }
 
+/* Stores done = ticket for `op` (and the members it stands for): the
+ * streams waiting for it move on. Gives its pinned slots back: the device
+ * path has ended (and quiesced its GPU work) before. Idempotent. */
 void rcci_stream_release(rcci_op_t *op)
 {
     for (int i = 0; i < op->nmembers; i++)
@@ -680,8 +686,8 @@ static int op_pipelines_on_device(struct rcc_comm *comm, const rcci_op_t *op,
 /* Queues a device operation's GPU work on the library's stream, at the
  * call (coll/devqueue.h): over the host ring, where this rank has no edge
  * of the device ring (whose work the progress thread queues, pipeline.c).
- * Its pinned slots and device scratch go after that work, in stream order,
- * whatever happens. */
+ * Its device scratch is freed after that work, in stream order, whatever
+ * happens; its pinned slots go with its `done` (stream_devq_settle). */
 static int stream_queues_device(const struct rcc_comm *comm)
 {
     return comm->dsend_link.nconns == 0 && comm->drecv_link.nconns == 0;
@@ -701,8 +707,6 @@ static rcc_result_t stream_queue_device(struct rcc_comm *comm, struct rcci_strea
         rcci_devq_release(op->mark.devq); /* what it queued runs through */
     if (dscratch)
         s->dev->dev_free(dscratch, s->copy_stream);
-    staging_pend(s, op->mark.pin, op->mark.pin_bytes, s->copy_stream);
-    op->mark.pin = NULL;
     return res;
 }
 

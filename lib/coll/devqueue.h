@@ -40,7 +40,8 @@ size_t rcci_devq_pinned_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
 /* Queues all of `op`'s GPU work on `stream` (the library's), starting once
  * the caller's stream has stored *start >= ticket: `pinned` (of
  * rcci_devq_pinned_bytes) and `dscratch` (rcci_coll_device_scratch_bytes)
- * must stay until that work is done (rcci_devq_gpu_done). Calling thread;
+ * must stay until that work is done (rcci_devq_gpu_done), `pinned` also
+ * until rcci_devq_free (its flags are written until then). Calling thread;
  * never blocks on the GPU. On failure part of the work may be queued:
  * rcci_devq_release lets it run through. *out is set whenever something
  * was allocated (free it with rcci_devq_free). */
