@@ -251,6 +251,70 @@ static int rank_p2p(int rank, int n, void *arg)
 START_TEST(p2p_on_a_stream) { ck_assert_int_eq(mp_run(_i, rank_p2p, NULL, 120), 0); }
 END_TEST
 
+/* ---- device collectives in a group ------------------------------------------------ */
+
+/* Two chunked device allreduces over TCP in one group, on two streams, each
+ * held by a gated fill that opens only after rcc_group_end has returned:
+ * their GPU work is queued at the call (coll/devqueue.h), inside the group,
+ * and both must come out right (as PyTorch's coalesced allreduces). */
+static int rank_group_device(int rank, int n, void *arg)
+{
+    (void)arg;
+    setenv("RCC_TRANSPORT", "tcp", 1);
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(60000);
+    void *sa = fakedev_stream_create(), *sb = fakedev_stream_create();
+    const size_t nx = 300001, ny = 200003;
+    float *hx = malloc(nx * 4), *gx = malloc(nx * 4);
+    int32_t *hy = malloc(ny * 4), *gy = malloc(ny * 4);
+    float *dx = fakedev_malloc(nx * 4);
+    int32_t *dy = fakedev_malloc(ny * 4);
+    for (size_t i = 0; i < nx; i++)
+        hx[i] = (float)(rank + (int)(i % 7));
+    for (size_t i = 0; i < ny; i++)
+        hy[i] = rank * 1000 + (int32_t)(i % 13);
+    kcopy_t fx = {dx, hx, nx * 4, 1, 0, 0}, fy = {dy, hy, ny * 4, 1, 0, 0};
+    kcopy_t sx = {gx, dx, nx * 4, 0, 0, 0}, sy = {gy, dy, ny * 4, 0, 0, 0};
+    fakedev_launch(sa, kern_copy, &fx);
+    fakedev_launch(sb, kern_copy, &fy);
+    rcc_group_start();
+    rcc_result_t r1 = rcc_allreduce_stream(dx, dx, nx, RCC_FLOAT32, RCC_SUM, comm, sa);
+    rcc_result_t r2 = rcc_allreduce_stream(dy, dy, ny, RCC_INT32, RCC_MAX, comm, sb);
+    rcc_result_t r3 = rcc_group_end();
+    atomic_store(&fx.gate, 1);
+    atomic_store(&fy.gate, 1);
+    fakedev_launch(sa, kern_copy, &sx);
+    fakedev_launch(sb, kern_copy, &sy);
+    if (r1 || r2 || r3 || fakedev_stream_sync(sa, 60) || fakedev_stream_sync(sb, 60))
+        MP_FAIL("rank %d: allreduces in a group: %s %s %s: %s", rank, rcc_result_name(r1),
+                rcc_result_name(r2), rcc_result_name(r3), rcc_last_error(NULL));
+    if (atomic_load(&fx.gave_up) || atomic_load(&fy.gave_up))
+        MP_FAIL("rank %d: rcc_group_end waited for the streams' earlier work", rank);
+    int bad = 0;
+    float base = (float)(n * (n - 1) / 2);
+    for (size_t i = 0; i < nx && !bad; i++)
+        if (gx[i] != base + (float)(n * (int)(i % 7))) {
+            fprintf(stderr, "rank %d: sum element %zu is %g\n", rank, i, (double)gx[i]);
+            bad = 1;
+        }
+    for (size_t i = 0; i < ny && !bad; i++)
+        if (gy[i] != (n - 1) * 1000 + (int32_t)(i % 13)) {
+            fprintf(stderr, "rank %d: max element %zu is %d\n", rank, i, (int)gy[i]);
+            bad = 1;
+        }
+    fakedev_free(dx), fakedev_free(dy);
+    free(hx), free(gx), free(hy), free(gy);
+    fakedev_stream_destroy(sa);
+    fakedev_stream_destroy(sb);
+    return td_finish(comm, bad);
+}
+
+START_TEST(device_collectives_in_a_group)
+{
+    ck_assert_int_eq(mp_run(_i, rank_group_device, NULL, 120), 0);
+}
+END_TEST
+
 /* ---- a failure releases the stream --------------------------------------------- */
 
 /* Rank 0 queues an allreduce the others never call (they leave); its
@@ -424,6 +488,7 @@ static Suite *stream_suite(void)
     tcase_add_loop_test(tc, collectives_on_a_stream, 1, 6);
     tcase_add_loop_test(tc, collectives_on_a_stream_tcp, 2, 5);
     tcase_add_loop_test(tc, p2p_on_a_stream, 1, 6);
+    tcase_add_loop_test(tc, device_collectives_in_a_group, 2, 5);
     tcase_add_loop_test(tc, failure_releases_the_stream, 2, 5);
     tcase_add_loop_test(tc, failure_releases_the_stream_chunked, 2, 4);
     tcase_add_test(tc, device_and_host_buffers_across_ranks);
