@@ -389,6 +389,9 @@ size_t rcci_coll_edge_conns(const struct rcc_comm *comm, const rcci_op_t *op);
 rcc_result_t rcci_coll_step_fail(struct rcc_comm *comm, const rcci_op_t *op,
                                  const rcci_schedule_t *sched, int peer, rcc_result_t res,
                                  size_t item, int is_send);
+/* Tests *req of `link` (NULL: a step never posted, complete); *req is
+ * cleared once it has ended, whether it failed or completed. */
+rcc_result_t rcci_coll_test_req(const rcci_link_t *link, rcci_request_t **req, int *complete);
 /* After a failure: one test of each request still out (by slot: n each
  * way), which frees those that ended; the rest stay queued on their
  * connection, which the progress thread closes after a failure. */

@@ -38,11 +38,11 @@ struct rcci_devq {
     char *pin_recv, *pin_send;
     volatile uint32_t *flag[F_COUNT];
     /* Per send item, decided at the call: where it goes from (its pinned
-     * slot, or the device memory itself over GPUDirect RDMA) and with which
-     * registration (NULL: the transport copies). */
+     * slot, or the device memory itself over GPUDirect RDMA; NULL: not yet
+     * decided, or nothing to send) and with which registration (NULL: the
+     * transport copies). */
     const char **sfrom;
     rcci_mr_t **smr;
-    unsigned char *routed;
     rcci_memreg_held_t held;
     rcci_request_t **sreq, **rreq; /* by item % slots */
     size_t send_posted, send_done, recv_posted, recv_done;
@@ -95,9 +95,8 @@ static char *q_send_slot(const rcci_devq_t *q, size_t s)
  * that is registered for GPUDirect RDMA with the send edge's transport. */
 static void q_route(struct rcc_comm *comm, rcci_devq_t *q, size_t s, const rcci_send_step_t *ss)
 {
-    if (q->routed[s])
+    if (q->sfrom[s])
         return;
-    q->routed[s] = 1;
     size_t bytes = ss->count * q->sched.esize;
     rcci_mr_t *gdr = rcci_memreg_send_mr(comm, &q->held, q->sl->tr, ss->src, bytes);
     if (gdr) {
@@ -158,7 +157,7 @@ static rcc_result_t q_land(struct rcc_comm *comm, rcci_devq_t *q, void *stream, 
         if (g >= *next)
             return rcci_error(RCC_ERR_INTERNAL,
                               "receive %zu must wait for send %zu, which is not queued yet", r, g);
-        if (q->routed[g] && !q_from_slot(q, g))
+        if (q->sfrom[g] && !q_from_slot(q, g))
             res = q_wait(q, stream, F_FREED, g + 1);
     }
     if (res != RCC_SUCCESS)
@@ -246,10 +245,9 @@ static rcc_result_t q_alloc(struct rcc_comm *comm, rcci_op_t *op, const rcci_dev
     size_t nsend = q->sched.nsend ? q->sched.nsend : 1;
     q->sfrom = calloc(nsend, sizeof *q->sfrom);
     q->smr = calloc(nsend, sizeof *q->smr);
-    q->routed = calloc(nsend, 1);
     q->sreq = calloc(q->slots, sizeof *q->sreq);
     q->rreq = calloc(q->slots, sizeof *q->rreq);
-    if (!q->sfrom || !q->smr || !q->routed || !q->sreq || !q->rreq)
+    if (!q->sfrom || !q->smr || !q->sreq || !q->rreq)
         return rcci_error(RCC_ERR_NO_MEMORY, "device operation state");
     return RCC_SUCCESS;
 }
@@ -312,18 +310,12 @@ static rcc_result_t devq_reap(struct rcc_comm *comm, rcci_devq_t *q, int sends, 
     size_t *done = sends ? &q->send_done : &q->recv_done;
     size_t posted = sends ? q->send_posted : q->recv_posted;
     while (*done < posted) {
-        rcci_request_t **req = &reqs[*done % q->slots];
-        int complete = 1; /* empty steps were never posted */
-        if (*req) {
-            rcc_result_t res = link->tr->test(*req, &complete);
-            if (res != RCC_SUCCESS) {
-                *req = NULL;
-                return devq_fail(comm, q, res, *done, sends);
-            }
-            if (!complete)
-                return RCC_SUCCESS;
-            *req = NULL;
-        }
+        int complete;
+        rcc_result_t res = rcci_coll_test_req(link, &reqs[*done % q->slots], &complete);
+        if (res != RCC_SUCCESS)
+            return devq_fail(comm, q, res, *done, sends);
+        if (!complete)
+            return RCC_SUCCESS;
         (*done)++;
         flag_store(q, sends ? F_FREED : F_LANDED, *done);
         *progressed = 1;
@@ -423,7 +415,6 @@ void rcci_devq_free(struct rcc_comm *comm, rcci_devq_t *q)
     rcci_memreg_drop(comm, &q->held);
     free(q->sfrom);
     free(q->smr);
-    free(q->routed);
     free(q->sreq);
     free(q->rreq);
     free(q);

@@ -288,19 +288,15 @@ static rcc_result_t pipe_reap(struct rcc_comm *comm, rcci_exec_t *x, int sends, 
                 break; /* the output area is still being sent from */
         }
         rcci_request_t **req = &reqs[*done % (size_t)comm->slots];
-        int complete = 1; /* empty steps were never posted */
-        if (*req) {
-            rcc_result_t res = link->tr->test(*req, &complete);
-            if (res != RCC_SUCCESS) {
-                *req = NULL;
-                return pipe_fail(comm, x, res, *done, sends);
-            }
-            if (!complete)
-                break;
-            *req = NULL;
+        int was_posted = *req != NULL, complete;
+        rcc_result_t res = rcci_coll_test_req(link, req, &complete);
+        if (res != RCC_SUCCESS)
+            return pipe_fail(comm, x, res, *done, sends);
+        if (!complete)
+            break;
+        if (was_posted)
             RCCI_TL(comm,
                     rcci_tl_done(comm->tl, sends ? RCCI_TL_SEND : RCCI_TL_RECV, *done, op->seq));
-        }
         if (!sends && step.local && step.count > 0) {
             int64_t t0 = rcci_tl_now(comm->tl);
             rcci_reduce(step.out, step.local, pipe_slot(comm, *done), step.count, op->dtype,
@@ -518,9 +514,8 @@ static rcc_result_t pipe_window_test(struct rcc_comm *comm, rcci_exec_t *x, cons
  * still out, which frees it when it fails or has completed (*req NULL). */
 static void pipe_window_settle(const rcci_link_t *link, rcci_request_t **req)
 {
-    int complete = 1;
-    if (*req && (link->tr->test(*req, &complete) != RCC_SUCCESS || complete))
-        *req = NULL;
+    int complete;
+    rcci_coll_test_req(link, req, &complete);
 }
 
 /* The window messages: this rank's window to the previous rank, the next
@@ -740,18 +735,12 @@ static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int
         rcci_schedule_recv(&x->sched, x->recv_landed, &step);
         if (step.guard >= 0 && (size_t)step.guard >= x->send_done)
             break; /* the output area is still being sent from */
-        rcci_request_t **req = &x->rreq[x->recv_landed % slots];
-        if (*req) {
-            int complete;
-            res = rl->tr->test(*req, &complete);
-            if (res != RCC_SUCCESS) {
-                *req = NULL;
-                return pipe_fail(comm, x, res, x->recv_landed, 0);
-            }
-            if (!complete)
-                break;
-            *req = NULL;
-        }
+        int complete;
+        res = rcci_coll_test_req(rl, &x->rreq[x->recv_landed % slots], &complete);
+        if (res != RCC_SUCCESS)
+            return pipe_fail(comm, x, res, x->recv_landed, 0);
+        if (!complete)
+            break;
         if (step.count > 0) {
             res = pipe_land_device(comm, x, &step);
             if (res != RCC_SUCCESS)
@@ -1009,6 +998,17 @@ static int pipe_device_quiesce(struct rcc_comm *comm, rcci_exec_t *x)
             links[i]->conns[0] = NULL;
         }
     return drained;
+}
+
+rcc_result_t rcci_coll_test_req(const rcci_link_t *link, rcci_request_t **req, int *complete)
+{
+    *complete = 1; /* empty steps were never posted */
+    if (!*req)
+        return RCC_SUCCESS;
+    rcc_result_t res = link->tr->test(*req, complete);
+    if (res != RCC_SUCCESS || *complete)
+        *req = NULL;
+    return res;
 }
 
 void rcci_coll_test_once(const rcci_link_t *sl, const rcci_link_t *rl, rcci_request_t **sreq,
