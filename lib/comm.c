@@ -288,9 +288,8 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
                              me->nsocks_min_bytes, r, comm->rank));
         RCC_CHECK(comm_alike("RCC_DEVICE_CHUNK_BYTES", peers[r].dev_chunk_bytes,
                              me->dev_chunk_bytes, r, comm->rank));
-        RCC_CHECK(comm_alike("RCC_DEVICE_PIPELINE (resolved; auto reads "
-                             "CUDA_DEVICE_MAX_CONNECTIONS)",
-                             peers[r].dev_pipeline, me->dev_pipeline, r, comm->rank));
+        RCC_CHECK(comm_alike("RCC_DEVICE_PIPELINE (resolved)", peers[r].dev_pipeline,
+                             me->dev_pipeline, r, comm->rank));
     }
     comm->dev_pipeline = me->dev_pipeline;
 
@@ -392,7 +391,7 @@ static void comm_free(struct rcc_comm *comm)
         free(comm->p2p.lane[l].in);
         free(comm->p2p.lane[l].out_seq); /* holds all four counters */
     }
-    rcci_ring_close(comm);
+    rcci_ring_close(comm, 0);
     rcci_timeline_close(comm->tl);
     rcci_streams_free(comm); /* its staging first: registered with the transports */
     rcci_memreg_free_all(comm);

@@ -291,7 +291,11 @@ rcc_result_t rcci_conn_notice(const rcci_transport_t *tr, rcci_conn_t *conn);
  * the peer fails with its text. */
 int rcci_conn_said_goodbye(const rcci_transport_t *tr, rcci_conn_t *conn);
 void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text);
-void rcci_ring_close(struct rcc_comm *comm);
+/* Closes the ring's connections. `failing` (the progress thread, after a
+ * failure): the device ring's stay open where operations queue on them at
+ * the call (another thread may be queuing now); their queued waits are
+ * made to pass instead (queue_abort), and they close with the communicator. */
+void rcci_ring_close(struct rcc_comm *comm, int failing);
 rcc_result_t rcci_ring_watch(struct rcc_comm *comm);
 
 /* Progress thread (progress.c). */
@@ -328,14 +332,17 @@ void rcci_streams_free(struct rcc_comm *comm);
 rcc_result_t rcci_streams_set_next_ticket(struct rcc_comm *comm, uint32_t next);
 /* How this process runs stream collectives on device buffers
  * (RCC_DEVICE_PIPELINE, auto resolved; docs/cuda.md, "Hardware queues"):
- * staged whole, chunk by chunk with all GPU work queued at the call
- * (coll/devqueue.h), or that and the device ring, whose GPU work the
- * progress thread queues as chunks arrive (coll/pipeline.c). */
+ * staged whole; chunk by chunk with all GPU work queued at the call
+ * (coll/devqueue.h), over the host ring only or also over the device ring;
+ * or the device ring with its GPU work queued by the progress thread as
+ * chunks arrive (coll/pipeline.c: exposed to the hardware-queue deadlock,
+ * kept to compare with on a GPU). */
 enum {
     RCCI_DEVPIPE_WHOLE = 0,
     RCCI_DEVPIPE_QUEUED = 1,
     RCCI_DEVPIPE_RING = 2,
     RCCI_DEVPIPE_AUTO = 3, /* the setting only, never resolved to */
+    RCCI_DEVPIPE_RING_PROGRESS = 4,
 };
 int rcci_stream_device_pipeline(void);
 /* Runs a blocking call's operation to its end on the calling thread when

@@ -136,6 +136,28 @@ static rcc_result_t devring_first_message(struct rcc_comm *comm, int64_t deadlin
     return res;
 }
 
+/* Queued on the device ring (coll/devqueue.c), a chunk is one message in
+ * one slot of the transport: the chunk size must fit on both edges. */
+static rcc_result_t devring_chunk_fits(struct rcc_comm *comm)
+{
+    rcci_link_t *links[2] = {&comm->dsend_link, &comm->drecv_link};
+    if (comm->dev_pipeline != RCCI_DEVPIPE_RING)
+        return RCC_SUCCESS;
+    for (int i = 0; i < 2; i++) {
+        if (links[i]->nconns == 0)
+            continue;
+        size_t fits = links[i]->tr->inplace_bytes(links[i]->conns[0], i == 0);
+        if (comm->dev_chunk_bytes > fits)
+            return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                              "RCC_DEVICE_CHUNK_BYTES (%zu) exceeds the device ring's slot %s rank "
+                              "%d (%zu bytes: RCC_CUDAIPC_SLOT_BYTES, or 0 with "
+                              "RCC_CUDAIPC_INPLACE=0); a chunk must fit one slot",
+                              (size_t)comm->dev_chunk_bytes, i == 0 ? "to" : "from", links[i]->peer,
+                              fits);
+    }
+    return RCC_SUCCESS;
+}
+
 /* Before any connection, every rank of a device edge tries what the
  * transport will need: the receiver exports a small block of device memory
  * and one of device-mapped host memory, the sender maps and unmaps both.
@@ -223,7 +245,9 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
     int n = comm->nranks, prev = (comm->rank + n - 1) % n;
     int any = 0, all = 1, send_tr = -1, recv_tr = -1, idx;
     char send_why[200] = "", recv_why[200] = "", why[200];
-    if (comm->dev_pipeline != RCCI_DEVPIPE_RING) { /* alike on every rank (comm.c checked) */
+    if (comm->dev_pipeline != RCCI_DEVPIPE_RING &&
+        comm->dev_pipeline != RCCI_DEVPIPE_RING_PROGRESS) {
+        /* alike on every rank (comm.c checked) */
         RCC_INFO("device ring: none (RCC_DEVICE_PIPELINE resolved to %d: device buffers are %s)",
                  comm->dev_pipeline,
                  comm->dev_pipeline == RCCI_DEVPIPE_WHOLE
@@ -295,6 +319,7 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
             goto out;
     }
     RCC_CHECK(devring_first_message(comm, deadline));
+    RCC_CHECK(devring_chunk_fits(comm));
     comm->devring_whole = all;
     RCC_INFO("device ring: sends to rank %d %s%s%s, receives from rank %d %s%s%s",
              (comm->rank + 1) % n, send_tr >= 0 ? "via " : "staged through host memory (",

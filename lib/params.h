@@ -31,27 +31,30 @@
       "pipeline chunk size: the unit that flows around the ring (rounded down to a multiple of "  \
       "64 bytes)")                                                                                 \
     X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \
-    X(DEVICE_CHUNK_BYTES, INT, "8M", 4096, 1073741824,                                            \
-      "largest chunk of collectives on device buffers (at least 2 per segment where every ring "  \
-      "edge moves GPU to GPU, else 8); chunks that fit a cudaipc slot are reduced where they "    \
-      "land; must be the same on every rank")                                                     \
-    X(DEVICE_PIPELINE, INT, "3", 0, 3,                                                             \
+    X(DEVICE_CHUNK_BYTES, INT, "8M", 4096, 1073741824,                                             \
+      "largest chunk of collectives on device buffers (at least 2 per segment where every ring "   \
+      "edge moves GPU to GPU, else 8); chunks that fit a cudaipc slot are reduced where they "     \
+      "land (queued on the device ring, each must: at most RCC_CUDAIPC_SLOT_BYTES); must be the "  \
+      "same on every rank")                                                                        \
+    X(DEVICE_PIPELINE, INT, "3", 0, 4,                                                             \
       "stream collectives on device buffers: 0 stages every one whole on the caller's stream; 1 "  \
       "runs ring and chain collectives chunk by chunk through pinned slots, all GPU work queued "  \
-      "at the call; 2 as 1, but GPU to GPU over the device ring (cudaipc) where there is one, "    \
-      "its work queued as chunks arrive; 3 (auto): 2 unless CUDA_DEVICE_MAX_CONNECTIONS is set "   \
-      "below 8, then 1; must be the same on every rank")                                          \
+      "at the call; 2 as 1, but GPU to GPU over the device ring (cudaipc) where there is one; 3 "  \
+      "(auto): 2; 4 as 2, but the device ring's GPU work queued by the progress thread as chunks " \
+      "arrive (the earlier design, for comparison: it can deadlock where streams share hardware "  \
+      "queues); must be the same on every rank")                                                   \
     X(CUDAIPC_INPLACE, INT, "1", 0, 1,                                                             \
       "cudaipc transport: 1 lets the engine reduce chunks in the receive slot they landed in and " \
-      "write results into the next rank's slot; 0 copies every message in and out (for "         \
-      "comparison)")                                                                              \
+      "write results into the next rank's slot; 0 copies every message in and out (for "           \
+      "comparison, with RCC_DEVICE_PIPELINE=4; queued device rings are always in place)")          \
     X(CUDAIPC_SLOT_BYTES, INT, "8M", 65536, 268435456,                                             \
       "cudaipc transport: bytes per receive slot (8 per connection, device memory); a message "   \
       "larger fills several and is copied out of them")                                           \
     X(CUDAIPC_WINDOW_BYTES, INT, "16M", 0, 1ll << 40,                                              \
-      "device ring: allreduces and allgathers of at least this many bytes write chunks straight "  \
-      "into the next rank's output, which it maps by IPC for the operation; smaller ones go "      \
-      "through the receive slots; must be the same on every rank")                                \
+      "device ring driven by the progress thread (RCC_DEVICE_PIPELINE=4): allreduces and "         \
+      "allgathers of at least this many bytes write chunks straight into the next rank's output, " \
+      "which it maps by IPC for the operation; smaller ones go through the receive slots; must "   \
+      "be the same on every rank")                                                                 \
     X(NSOCKS, INT, "2", 1, 8,                                                                      \
       "connections (TCP sockets) per ring edge; the chunks of operations of RCC_NSOCKS_MIN_BYTES " \
       "or more are dealt round-robin over them; must be the same on every rank")                   \

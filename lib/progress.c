@@ -132,7 +132,7 @@ static void progress_break(struct rcc_comm *comm, rcc_result_t res)
     else
         RCC_WARN("communicator failed: %s", rcci_tls_error());
     progress_notify_peers(comm, res, cause, comm->broken_text);
-    rcci_ring_close(comm);
+    rcci_ring_close(comm, 1);
     rcci_p2p_close(comm);
 }
 

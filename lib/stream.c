@@ -16,20 +16,20 @@
  * staging before `start`, the host executor runs on the staging copies, and
  * the outputs are copied back after `done`. Host buffers are used as they
  * are. Ring and chain collectives on device buffers go chunk by chunk
- * instead: through pinned slots, all their GPU work queued here at the call
- * on the library's stream behind waits for the network (coll/devqueue.h);
- * or GPU to GPU over the device ring where this rank has edges of it
- * (devring.c, cudaipc), whose GPU work the progress thread queues as chunks
- * arrive (coll/pipeline.c), while the caller's stream waits for `done`.
+ * instead, all their GPU work queued here at the call on the library's
+ * stream (coll/devqueue.h): through pinned slots behind waits for the
+ * network, or GPU to GPU over the device ring where this rank has edges of
+ * it (devring.c, cudaipc) behind waits on the transport's slot counters;
+ * the caller's stream waits for `done`.
  *
  * Why GPU work is queued at the call: streams share a GPU's hardware
  * queues (CUDA_DEVICE_MAX_CONNECTIONS of them, 8 unless set; Megatron-LM
  * sets 1), and a queue runs its work in the order it was queued, whatever
  * the stream. Work queued after the caller's wait for `done`, on a stream
  * that shares its queue, waits behind it: for `done`, which waits for that
- * work. So the device ring, whose GPU work comes later, is used only where
- * the hardware queues are not known to be fewer than CUDA's default
- * (RCC_DEVICE_PIPELINE); docs/cuda.md says more.
+ * work. The device ring driven by the progress thread (coll/pipeline.c,
+ * RCC_DEVICE_PIPELINE=4), whose GPU work comes later, is exposed to that
+ * and kept only for comparison; docs/cuda.md says more.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -594,11 +594,16 @@ static void stream_devq_settle(rcci_op_t *op)
 {
     rcci_devq_t *q = op->mark.devq;
     struct rcci_streams *s = op->mark.streams;
-    rcci_devq_release(q);
     int64_t deadline = rcci_now_ns() + STREAM_SETTLE_NS;
     int done = 0;
-    while (rcci_devq_gpu_done(q, &done) == RCC_SUCCESS && !done && rcci_now_ns() < deadline)
-        nanosleep(&(struct timespec){0, 50 * 1000}, NULL);
+    /* Work still queued means the operation failed: let it run through.
+     * Again and again: a live peer's stores on the device ring's counters
+     * may undo it (transport.h, queue_abort). After success there is none,
+     * and the counters must not be touched. */
+    while (rcci_devq_gpu_done(q, &done) == RCC_SUCCESS && !done && rcci_now_ns() < deadline) {
+        rcci_devq_release(q);
+        nanosleep(&(struct timespec){0, 200 * 1000}, NULL);
+    }
     if (!done)
         RCC_WARN("op #%u: its GPU work did not end within %.0f s of its end; its stream goes on",
                  op->seq, STREAM_SETTLE_NS / 1e9);
@@ -649,13 +654,7 @@ static rcc_result_t mark_pair_free(struct rcc_comm *comm, volatile uint32_t *don
 int rcci_stream_device_pipeline(void)
 {
     int setting = rcci_param_int(RCCI_PARAM_DEVICE_PIPELINE);
-    if (setting != RCCI_DEVPIPE_AUTO)
-        return setting;
-    const char *env = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-    char *end;
-    long n = env && *env ? strtol(env, &end, 10) : 0;
-    return env && *env && *end == '\0' && n >= 1 && n < 8 ? RCCI_DEVPIPE_QUEUED
-                                                         : RCCI_DEVPIPE_RING;
+    return setting == RCCI_DEVPIPE_AUTO ? RCCI_DEVPIPE_RING : setting;
 }
 
 /* Ring and chain collectives whose buffers are all device memory run chunk
@@ -684,13 +683,15 @@ static int op_pipelines_on_device(struct rcc_comm *comm, const rcci_op_t *op,
 }
 
 /* Queues a device operation's GPU work on the library's stream, at the
- * call (coll/devqueue.h): over the host ring, where this rank has no edge
- * of the device ring (whose work the progress thread queues, pipeline.c).
- * Its device scratch is freed after that work, in stream order, whatever
+ * call (coll/devqueue.h), over the host ring and the device ring alike;
+ * except for the device ring driven by the progress thread
+ * (RCC_DEVICE_PIPELINE=4, coll/pipeline.c), kept for comparison. Its
+ * device scratch is freed after that work, in stream order, whatever
  * happens; its pinned slots go with its `done` (stream_devq_settle). */
 static int stream_queues_device(const struct rcc_comm *comm)
 {
-    return comm->dsend_link.nconns == 0 && comm->drecv_link.nconns == 0;
+    return comm->dev_pipeline != RCCI_DEVPIPE_RING_PROGRESS ||
+           (comm->dsend_link.nconns == 0 && comm->drecv_link.nconns == 0);
 }
 
 static rcc_result_t stream_queue_device(struct rcc_comm *comm, struct rcci_streams *s,

@@ -74,3 +74,38 @@ rcc_result_t rcci_transport_unsupported_commit_send(rcci_conn_t *conn, size_t by
     (void)conn, (void)bytes, (void)tag, (void)stream, (void)flags, (void)req;
     return no_inplace();
 }
+
+static rcc_result_t no_queued(void)
+{
+    return rcci_error(RCC_ERR_UNSUPPORTED, "this transport queues no message on a stream");
+}
+
+rcc_result_t rcci_transport_unsupported_queue_recv(rcci_conn_t *conn, void *stream, size_t bytes,
+                                                   const void **data, uint32_t *ticket)
+{
+    (void)conn, (void)stream, (void)bytes, (void)data, (void)ticket;
+    return no_queued();
+}
+
+rcc_result_t rcci_transport_unsupported_queue_send(rcci_conn_t *conn, void *stream, size_t bytes,
+                                                   void **data)
+{
+    (void)conn, (void)stream, (void)bytes, (void)data;
+    return no_queued();
+}
+
+rcc_result_t rcci_transport_unsupported_queue_commit(rcci_conn_t *conn, void *stream, size_t bytes,
+                                                     const rcci_tag_t *tag, uint32_t *ticket)
+{
+    (void)conn, (void)stream, (void)bytes, (void)tag, (void)ticket;
+    return no_queued();
+}
+
+rcc_result_t rcci_transport_unsupported_queue_test(rcci_conn_t *conn, int send, uint32_t ticket,
+                                                   size_t bytes, const rcci_tag_t *tag, int *done)
+{
+    (void)conn, (void)send, (void)ticket, (void)bytes, (void)tag, (void)done;
+    return no_queued();
+}
+
+void rcci_transport_no_queue_abort(rcci_conn_t *conn) { (void)conn; }

@@ -32,9 +32,10 @@
 /* 3: isend/irecv take a tag (seq + the operation's signature); peek,
  * notify, announce and sweep_listener appended. 4: the in-place calls
  * (inplace_bytes, irecv_inplace, release, reserve_send, commit_send)
- * appended. 5: listener_fd appended. 6: connect_start appended.
- * Pre-release: no transport outside this tree yet. */
-#define RCCI_TRANSPORT_ABI 6
+ * appended. 5: listener_fd appended. 6: connect_start appended. 7: the
+ * queued calls (queue_recv ... queue_abort) appended. Pre-release: no transport outside this tree
+ * yet. */
+#define RCCI_TRANSPORT_ABI 7
 
 /* Connection handles (listen addresses, memory keys) travel through the
  * bootstrap as opaque blobs of at most this size. */
@@ -288,8 +289,53 @@ typedef struct rcci_transport {
      * transport whose connect completes without the peer (TCP: the kernel's
      * backlog; cudaipc: its control connection is TCP's, and the peer's
      * hello is taken by later calls) passes connect itself. */
-    rcc_result_t (*connect_start)(void *tctx, const void *handle, uint32_t tag,
-                                  int64_t deadline_ns, rcci_conn_t **conn);
+    rcc_result_t (*connect_start)(void *tctx, const void *handle, uint32_t tag, int64_t deadline_ns,
+                                  rcci_conn_t **conn);
+
+    /* -- version 7 -- */
+    /* Queued: in-place messages (version 4) whose every step is queued on
+     * a device stream ahead of time, by the thread that calls these, each
+     * behind a wait on the transport's own counters: no thread acts per
+     * message, so the stream's work is all queued before anything queued
+     * after the call (a later wait for its result) can come between
+     * (docs/cuda.md, "Hardware queues"). A message is one slot (at most
+     * inplace_bytes). Once a connection has carried a queued message, all
+     * its messages must be queued (the numbering is the calling thread's).
+     * The queue_* calls on one connection come from one thread at a time,
+     * any thread (the engine's submitting one), while the progress thread
+     * may run queue_test, probe, peek and notify on it; close only once no
+     * queue_* call can come. Transports without it (RCCI_TRANSPORT_NO_QUEUED)
+     * return RCC_ERR_UNSUPPORTED. */
+    /* Enqueues on `stream` a wait until the next message has landed; *data
+     * is where it will lie (the transport's device memory) and *ticket
+     * names it for queue_test. */
+    rcc_result_t (*queue_recv)(rcci_conn_t *conn, void *stream, size_t bytes, const void **data,
+                               uint32_t *ticket);
+    /* Enqueues the return of the oldest queued receive's memory to the
+     * peer, once the stream's work before it (what reads it) is done. Once
+     * per queue_recv, in their order. */
+    rcc_result_t (*queue_release)(rcci_conn_t *conn, void *stream);
+    /* Enqueues a wait until the peer's memory for the next message is
+     * free, and says where that is (*data); the caller writes the message
+     * there with work on the stream, then calls queue_commit before any
+     * other queue_send. */
+    rcc_result_t (*queue_send)(rcci_conn_t *conn, void *stream, size_t bytes, void **data);
+    /* Enqueues the sending of the message queue_send placed, once the
+     * stream's work before it (what writes it) is done; `tag` goes with it
+     * for the receiver's check. */
+    rcc_result_t (*queue_commit)(rcci_conn_t *conn, void *stream, size_t bytes,
+                                 const rcci_tag_t *tag, uint32_t *ticket);
+    /* Never blocks: whether queued message `ticket` has gone (send) or has
+     * landed (receive: then checked against `bytes` and `tag` as irecv
+     * checks, RCC_ERR_MISMATCH/REMOTE). While it has not, the peer is
+     * looked at now and then (a dead one: RCC_ERR_PEER_LOST). */
+    rcc_result_t (*queue_test)(rcci_conn_t *conn, int send, uint32_t ticket, size_t bytes,
+                               const rcci_tag_t *tag, int *done);
+    /* After a failure, any thread, repeatable: makes every wait queued on
+     * the connection so far pass, so that queued work runs through (on
+     * whatever the memory holds) rather than hold its stream forever. A
+     * live peer's later stores can undo it: repeat until the work has run. */
+    void (*queue_abort)(rcci_conn_t *conn);
 } rcci_transport_t;
 
 /* Transports built into this library, in priority order, NULL-terminated. */
@@ -320,5 +366,22 @@ rcc_result_t rcci_transport_unsupported_reserve_send(rcci_conn_t *conn, size_t b
 rcc_result_t rcci_transport_unsupported_commit_send(rcci_conn_t *conn, size_t bytes,
                                                     const rcci_tag_t *tag, void *stream,
                                                     uint32_t flags, rcci_request_t **req);
+/* The queued calls of a transport without them. */
+#define RCCI_TRANSPORT_NO_QUEUED                                                                   \
+    .queue_recv = rcci_transport_unsupported_queue_recv,                                           \
+    .queue_release = rcci_transport_unsupported_release,                                           \
+    .queue_send = rcci_transport_unsupported_queue_send,                                           \
+    .queue_commit = rcci_transport_unsupported_queue_commit,                                       \
+    .queue_test = rcci_transport_unsupported_queue_test,                                           \
+    .queue_abort = rcci_transport_no_queue_abort
+rcc_result_t rcci_transport_unsupported_queue_recv(rcci_conn_t *conn, void *stream, size_t bytes,
+                                                   const void **data, uint32_t *ticket);
+rcc_result_t rcci_transport_unsupported_queue_send(rcci_conn_t *conn, void *stream, size_t bytes,
+                                                   void **data);
+rcc_result_t rcci_transport_unsupported_queue_commit(rcci_conn_t *conn, void *stream, size_t bytes,
+                                                     const rcci_tag_t *tag, uint32_t *ticket);
+rcc_result_t rcci_transport_unsupported_queue_test(rcci_conn_t *conn, int send, uint32_t ticket,
+                                                   size_t bytes, const rcci_tag_t *tag, int *done);
+void rcci_transport_no_queue_abort(rcci_conn_t *conn);
 
 #endif /* RINGCC_TRANSPORT_H */

@@ -1,9 +1,15 @@
 /*
- * The chunked device path over the host ring, queued at the call
- * (devqueue.h says why). The same schedules and the same messages as
- * pipeline.c's device mode, so a rank running this and a neighbour
- * running that meet on the wire; what differs is who queues the GPU work
- * and when.
+ * The chunked device path, queued at the call (devqueue.h says why). The
+ * same schedules and the same messages as pipeline.c's device mode, so a
+ * rank running this and a neighbour running that meet on the wire; what
+ * differs is who queues the GPU work and when.
+ *
+ * Each direction goes one of two ways: over the host ring, through pinned
+ * slots whose bytes the progress thread moves (the flags below); or over
+ * an edge of the device ring whose transport queues messages itself
+ * (transport.h, version 7: cudaipc), the GPU writing straight into the next
+ * rank's slot and reducing where a chunk landed, the progress thread only
+ * watching.
  *
  * Queue order (one stream): for each receive r in turn, first the sends
  * whose receive has been dealt with (dep < r), then r's landing: wait for
@@ -34,6 +40,11 @@ struct rcci_devq {
     rcci_schedule_t sched;
     const rcci_devapi_t *dev;
     const rcci_link_t *sl, *rl;
+    /* Queued on the device ring's transport (else: the host ring's pinned
+     * slots), per direction; then each message's ticket, by item. */
+    int sq, rq;
+    uint32_t *sticket, *rticket;
+    rcci_tag_t qtag; /* at the call: the sequence number is not known yet */
     size_t nconns, slots, chunk_bytes;
     char *pin_recv, *pin_send;
     volatile uint32_t *flag[F_COUNT];
@@ -126,12 +137,24 @@ static rcc_result_t q_stage_send(struct rcc_comm *comm, rcci_devq_t *q, void *st
     rcci_send_step_t ss;
     rcci_schedule_send(&q->sched, s, &ss);
     rcc_result_t res = RCC_SUCCESS;
+    size_t bytes = ss.count * q->sched.esize;
+    if (q->sq) { /* straight into the next rank's slot */
+        void *slot = NULL;
+        if (ss.count == 0)
+            return RCC_SUCCESS;
+        res = q->sl->tr->queue_send(q->sl->conns[0], stream, bytes, &slot);
+        if (res == RCC_SUCCESS)
+            res = q->dev->copy(slot, ss.src, bytes, stream);
+        return res == RCC_SUCCESS ? q->sl->tr->queue_commit(q->sl->conns[0], stream, bytes,
+                                                            &q->qtag, &q->sticket[s])
+                                  : res;
+    }
     if (ss.count > 0) {
         q_route(comm, q, s, &ss);
         if (q_from_slot(q, s)) {
             res = q_slot_free(q, stream, s);
             if (res == RCC_SUCCESS)
-                res = q->dev->copy(q_send_slot(q, s), ss.src, ss.count * q->sched.esize, stream);
+                res = q->dev->copy(q_send_slot(q, s), ss.src, bytes, stream);
         }
     }
     return res == RCC_SUCCESS ? q_write(q, stream, F_STAGED, s + 1) : res;
@@ -147,9 +170,15 @@ static rcc_result_t q_land(struct rcc_comm *comm, rcci_devq_t *q, void *stream, 
     rcci_recv_step_t rs;
     rcci_schedule_recv(&q->sched, r, &rs);
     if (rs.count == 0)
-        return q_write(q, stream, F_CONSUMED, r + 1);
+        return q->rq ? RCC_SUCCESS : q_write(q, stream, F_CONSUMED, r + 1);
     size_t bytes = rs.count * q->sched.esize;
-    rcc_result_t res = q_wait(q, stream, F_LANDED, r + 1);
+    const char *in = q->pin_recv + (r % q->slots) * q->chunk_bytes;
+    const void *landed = NULL;
+    rcc_result_t res =
+        q->rq ? q->rl->tr->queue_recv(q->rl->conns[0], stream, bytes, &landed, &q->rticket[r])
+              : q_wait(q, stream, F_LANDED, r + 1);
+    if (q->rq)
+        in = landed;
     if (res == RCC_SUCCESS && rs.guard >= 0) {
         /* The area is free once send `guard` has read it: a copy into its
          * slot queued before this, or over GPUDirect RDMA its leaving. */
@@ -166,7 +195,13 @@ static rcc_result_t q_land(struct rcc_comm *comm, rcci_devq_t *q, void *stream, 
     if (*next < q->sched.nsend) {
         rcci_send_step_t ss;
         rcci_schedule_send(&q->sched, *next, &ss);
-        if (ss.dep == (long)r && ss.src == (rs.local ? rs.out : rs.dst) && ss.count == rs.count) {
+        if (ss.dep == (long)r && ss.src == (rs.local ? rs.out : rs.dst) && ss.count == rs.count &&
+            q->sq) {
+            void *slot = NULL;
+            res = q->sl->tr->queue_send(q->sl->conns[0], stream, bytes, &slot);
+            fwd = slot;
+        } else if (ss.dep == (long)r && ss.src == (rs.local ? rs.out : rs.dst) &&
+                   ss.count == rs.count) {
             q_route(comm, q, *next, &ss);
             if (q_from_slot(q, *next)) {
                 fwd = q_send_slot(q, *next);
@@ -174,7 +209,6 @@ static rcc_result_t q_land(struct rcc_comm *comm, rcci_devq_t *q, void *stream, 
             }
         }
     }
-    const char *in = q->pin_recv + (r % q->slots) * q->chunk_bytes;
     const rcci_devapi_t *dev = q->dev;
     if (res != RCC_SUCCESS)
         return res;
@@ -195,9 +229,12 @@ static rcc_result_t q_land(struct rcc_comm *comm, rcci_devq_t *q, void *stream, 
         res = dev->reduce(rs.out, rs.local, in, rs.count, op->dtype, op->redop, rs.divisor, stream);
     }
     if (res == RCC_SUCCESS)
-        res = q_write(q, stream, F_CONSUMED, r + 1);
+        res = q->rq ? q->rl->tr->queue_release(q->rl->conns[0], stream)
+                    : q_write(q, stream, F_CONSUMED, r + 1);
     if (res == RCC_SUCCESS && fwd) {
-        res = q_write(q, stream, F_STAGED, *next + 1);
+        res = q->sq ? q->sl->tr->queue_commit(q->sl->conns[0], stream, bytes, &q->qtag,
+                                              &q->sticket[*next])
+                    : q_write(q, stream, F_STAGED, *next + 1);
         (*next)++;
     }
     return res;
@@ -233,6 +270,13 @@ static rcc_result_t q_alloc(struct rcc_comm *comm, rcci_op_t *op, const rcci_dev
     rcci_coll_device_schedule(comm, op, dscratch, &q->sched);
     q->sl = &comm->send_link;
     q->rl = &comm->recv_link;
+    /* Where this rank has edges of the device ring (devring.c), they carry
+     * the operation; the peer at their other end does the same. */
+    if (comm->dev_pipeline == RCCI_DEVPIPE_RING && comm->dsend_link.nconns > 0)
+        q->sl = &comm->dsend_link, q->sq = 1;
+    if (comm->dev_pipeline == RCCI_DEVPIPE_RING && comm->drecv_link.nconns > 0)
+        q->rl = &comm->drecv_link, q->rq = 1;
+    rcci_op_tag(op, op->seq, &q->qtag);
     q->nconns = rcci_coll_edge_conns(comm, op);
     q->slots = (size_t)comm->slots;
     q->chunk_bytes = q->sched.chunk_elems * q->sched.esize; /* rcci_coll_device_chunk */
@@ -247,7 +291,9 @@ static rcc_result_t q_alloc(struct rcc_comm *comm, rcci_op_t *op, const rcci_dev
     q->smr = calloc(nsend, sizeof *q->smr);
     q->sreq = calloc(q->slots, sizeof *q->sreq);
     q->rreq = calloc(q->slots, sizeof *q->rreq);
-    if (!q->sfrom || !q->smr || !q->sreq || !q->rreq)
+    q->sticket = calloc(nsend, sizeof *q->sticket);
+    q->rticket = calloc(q->sched.nrecv ? q->sched.nrecv : 1, sizeof *q->rticket);
+    if (!q->sfrom || !q->smr || !q->sreq || !q->rreq || !q->sticket || !q->rticket)
         return rcci_error(RCC_ERR_NO_MEMORY, "device operation state");
     return RCC_SUCCESS;
 }
@@ -277,7 +323,7 @@ rcc_result_t rcci_devq_queue(struct rcc_comm *comm, rcci_op_t *op, const rcci_de
     if (res == RCC_SUCCESS)
         res = q_stage_ready(comm, q, stream, q->sched.nrecv, &next);
     /* Its slots are done with once every send has left. */
-    if (res == RCC_SUCCESS && q->sched.nsend > 0)
+    if (res == RCC_SUCCESS && q->sched.nsend > 0 && !q->sq)
         res = q_wait(q, stream, F_FREED, q->sched.nsend);
     if (res == RCC_SUCCESS)
         res = dev->event_record(q->end_event, stream);
@@ -323,6 +369,41 @@ static rcc_result_t devq_reap(struct rcc_comm *comm, rcci_devq_t *q, int sends, 
     return RCC_SUCCESS;
 }
 
+/* A direction queued on the device ring's transport: its messages, tested
+ * in order (the GPU moves them; this only watches, and checks what lands). */
+static rcc_result_t devq_test_queued(struct rcc_comm *comm, rcci_devq_t *q, int sends,
+                                     int *progressed)
+{
+    const rcci_link_t *link = sends ? q->sl : q->rl;
+    size_t *done = sends ? &q->send_done : &q->recv_done;
+    size_t n = sends ? q->sched.nsend : q->sched.nrecv;
+    while (*done < n) {
+        size_t count;
+        if (sends) {
+            rcci_send_step_t ss;
+            rcci_schedule_send(&q->sched, *done, &ss);
+            count = ss.count;
+        } else {
+            rcci_recv_step_t rs;
+            rcci_schedule_recv(&q->sched, *done, &rs);
+            count = rs.count;
+        }
+        int ok = 1;
+        rcc_result_t res = count == 0
+                               ? RCC_SUCCESS
+                               : link->tr->queue_test(link->conns[0], sends,
+                                                      (sends ? q->sticket : q->rticket)[*done],
+                                                      count * q->sched.esize, &q->qtag, &ok);
+        if (res != RCC_SUCCESS)
+            return devq_fail(comm, q, res, *done, sends);
+        if (!ok)
+            return RCC_SUCCESS;
+        (*done)++;
+        *progressed = 1;
+    }
+    return RCC_SUCCESS;
+}
+
 rcc_result_t rcci_devq_advance(struct rcc_comm *comm, rcci_devq_t *q, int *progressed, int *done)
 {
     size_t esize = q->sched.esize;
@@ -333,11 +414,15 @@ rcc_result_t rcci_devq_advance(struct rcc_comm *comm, rcci_devq_t *q, int *progr
         q->tagged = 1;
         q->last_progress_ns = rcci_now_ns();
     }
-    if ((res = devq_reap(comm, q, 0, progressed)) != RCC_SUCCESS)
+    if (q->rq && (res = devq_test_queued(comm, q, 0, progressed)) != RCC_SUCCESS)
+        return res;
+    if (q->sq && (res = devq_test_queued(comm, q, 1, progressed)) != RCC_SUCCESS)
+        return res;
+    if (!q->rq && (res = devq_reap(comm, q, 0, progressed)) != RCC_SUCCESS)
         return res;
     /* Into slots the GPU has read. */
     size_t consumed = flag_load(q, F_CONSUMED);
-    while (q->recv_posted < q->sched.nrecv && q->recv_posted < consumed + q->slots) {
+    while (!q->rq && q->recv_posted < q->sched.nrecv && q->recv_posted < consumed + q->slots) {
         rcci_recv_step_t step;
         rcci_schedule_recv(&q->sched, q->recv_posted, &step);
         if (step.count > 0) {
@@ -351,11 +436,11 @@ rcc_result_t rcci_devq_advance(struct rcc_comm *comm, rcci_devq_t *q, int *progr
         q->recv_posted++;
         *progressed = 1;
     }
-    if ((res = devq_reap(comm, q, 1, progressed)) != RCC_SUCCESS)
+    if (!q->sq && (res = devq_reap(comm, q, 1, progressed)) != RCC_SUCCESS)
         return res;
     /* What the GPU has staged, at most `slots` in flight. */
     size_t staged = flag_load(q, F_STAGED);
-    while (q->send_posted < staged && q->send_posted < q->send_done + q->slots) {
+    while (!q->sq && q->send_posted < staged && q->send_posted < q->send_done + q->slots) {
         rcci_send_step_t step;
         rcci_schedule_send(&q->sched, q->send_posted, &step);
         if (step.count > 0) {
@@ -374,9 +459,11 @@ rcc_result_t rcci_devq_advance(struct rcc_comm *comm, rcci_devq_t *q, int *progr
     *done = q->recv_done == q->sched.nrecv && q->send_done == q->sched.nsend;
     if (*done)
         return RCC_SUCCESS;
-    /* Waiting for the GPU's flags, which epoll cannot see. */
+    /* Waiting for the GPU's flags (or stores on the device ring's
+     * counters), which epoll cannot see. */
     if ((q->send_posted < q->sched.nsend && q->send_posted == staged) ||
-        (q->recv_posted < q->sched.nrecv && q->recv_posted == consumed + q->slots))
+        (q->recv_posted < q->sched.nrecv && q->recv_posted == consumed + q->slots) || q->sq ||
+        q->rq)
         comm->poll_ms = 1;
     if (now - q->last_progress_ns > comm->timeout_ns) {
         int waiting_recv = q->recv_done < q->sched.nrecv;
@@ -395,6 +482,10 @@ void rcci_devq_release(rcci_devq_t *q)
         return;
     flag_store(q, F_LANDED, DEVQ_RUN_THROUGH);
     flag_store(q, F_FREED, DEVQ_RUN_THROUGH);
+    if (q->sq && q->sl->conns[0])
+        q->sl->tr->queue_abort(q->sl->conns[0]);
+    if (q->rq && q->rl->conns[0])
+        q->rl->tr->queue_abort(q->rl->conns[0]);
 }
 
 void rcci_devq_free(struct rcc_comm *comm, rcci_devq_t *q)
@@ -417,6 +508,8 @@ void rcci_devq_free(struct rcc_comm *comm, rcci_devq_t *q)
     free(q->smr);
     free(q->sreq);
     free(q->rreq);
+    free(q->sticket);
+    free(q->rticket);
     free(q);
 }
 
@@ -427,15 +520,20 @@ void rcci_devq_waiting_for(struct rcc_comm *comm, const rcci_devq_t *q, char *bu
     buf[0] = '\0';
     if (q->recv_done < q->sched.nrecv) {
         rcci_bootstrap_peer_name(comm->bootstrap, q->rl->peer, peer, sizeof peer);
-        n += (size_t)snprintf(buf, size, "%s (receive %zu of %zu)", peer, q->recv_done + 1,
-                              q->sched.nrecv);
+        n += (size_t)snprintf(buf, size, "%s (receive %zu of %zu%s)", peer, q->recv_done + 1,
+                              q->sched.nrecv, q->rq ? ", over the device ring" : "");
     }
     if (q->send_done < q->sched.nsend && n < size) {
-        int gpu = q->send_posted == q->send_done && flag_load(q, F_STAGED) <= q->send_posted;
+        /* Device ring: this GPU writes the next rank's slot once that rank's
+         * GPU has freed it; its own work comes first either way. */
+        int gpu =
+            q->sq || (q->send_posted == q->send_done && flag_load(q, F_STAGED) <= q->send_posted);
         if (!gpu)
             rcci_bootstrap_peer_name(comm->bootstrap, q->sl->peer, peer, sizeof peer);
         snprintf(buf + n, size - n, "%s%s (send %zu of %zu%s)", n ? ", " : "",
                  gpu ? "the GPU" : peer, q->send_done + 1, q->sched.nsend,
-                 gpu ? ": its copy into the send slot" : "");
+                 q->sq ? ": its write into the next rank's slot, once that rank has freed it"
+                 : gpu ? ": its copy into the send slot"
+                       : "");
     }
 }

@@ -1,13 +1,16 @@
 /*
- * The chunked device path over the host ring, queued at the call.
+ * The chunked device path, queued at the call.
  *
- * A stream collective on device buffers over the host transports moves
- * chunk by chunk through pinned slots, as coll/pipeline.c's device mode
- * does, but all of its GPU work (the copies into send slots, the
- * reductions and copies out of receive slots) is queued on the library's
- * stream by the calling thread, at the call, each piece behind a wait for
+ * A stream collective on device buffers moves chunk by chunk, as
+ * coll/pipeline.c's device mode does, but all of its GPU work (the copies
+ * into send slots, the reductions and copies out of receive slots) is
+ * queued on the library's stream by the calling thread, at the call, each
+ * piece behind a wait: over the host transports, through pinned slots, for
  * a flag that the progress thread stores when the network has done its
- * part. The progress thread only moves bytes and stores flags.
+ * part (the progress thread only moves bytes and stores flags); over an
+ * edge of the device ring, on the transport's own counters (transport.h,
+ * version 7), the chunks written straight into the next rank's slots and
+ * reduced where they land (the progress thread only watches).
  *
  * Why: streams share the GPU's hardware queues, and a queue runs its work
  * in the order it was queued (docs/cuda.md, "Hardware queues"). GPU work

@@ -12,7 +12,9 @@
  * has no room for). Each segment is reduced once, by one rank, so every rank
  * ends with the same bits.
  *
- * Device buffers (rcci_coll_start_device) take the device ring's edges
+ * Device buffers (rcci_coll_start_device; stream operations here only with
+ * RCC_DEVICE_PIPELINE=4, the rest go queued at the call, devqueue.c) take
+ * the device ring's edges
  * where it has them (devring.c: cudaipc moves device memory itself), in
  * chunks of RCC_DEVICE_CHUNK_BYTES: a receive is reduced (or copied out)
  * where the transport received it, in the receiver's slot, and the result

@@ -19,8 +19,9 @@
 #                              host buffers (over TCP), up to 256 MiB, with the ring's
 #                              memory-traffic bound (bound us, dev/bound)
 #   streamperf-R.txt           4 ranks at 256 MiB: R = chunk-2M, chunk-32M (RCC_DEVICE_CHUNK_BYTES),
-#                              copied (RCC_CUDAIPC_INPLACE=0: copies in and out of the slots)
-#   streamperf-window-1M.txt   4 ranks, 1 to 16 MiB, with windows (writing into the next rank's
+#                              progress (RCC_DEVICE_PIPELINE=4: the progress-driven device ring,
+#                              host pacing and windows, against the default queued at the call)
+#   streamperf-window-1M.txt   4 ranks, 1 to 16 MiB, progress-driven ring with windows (writing into the next rank's
 #                              output, mapped per operation) from 1 MiB (RCC_CUDAIPC_WINDOW_BYTES
 #                              1M; the default is 16M): beside streamperf-4's rows, what a
 #                              per-operation IPC mapping costs against the slots
@@ -29,9 +30,10 @@
 #                              at 4 ranks; issue 7's 5x reference)
 #   one-queue-M.txt            streamperf, 2 ranks at 64 MiB with every stream on one hardware
 #                              queue (CUDA_DEVICE_MAX_CONNECTIONS=1): M = 3 (auto: chunked, GPU
-#                              work queued at the call, over TCP), 0 (staged whole, over TCP)
-#                              and ring (RCC_DEVICE_PIPELINE=2, the device ring forced: expected
-#                              to stall until RCC_TIMEOUT); their exit statuses in one-queue.txt
+#                              work queued at the call, over TCP), 0 (staged whole, over TCP),
+#                              ring (RCC_DEVICE_PIPELINE=2, the device ring queued at the call: must
+#                              run) and progress (4, progress-driven: expected to stall until
+#                              RCC_TIMEOUT); their exit statuses in one-queue.txt
 #   shim-torch.log             tests/shim/run-torch.sh (skipped where python3 has no CUDA torch)
 #   summary.txt                what is printed at the end
 # Every stage has its own time limit, cut to what is left of RCC_DEVICE_BUDGET (seconds,
@@ -134,23 +136,24 @@ for n in 2 4; do
     rc=$?
     [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 done
-# At 256 MiB, 4 ranks, beside streamperf-4 (8 MiB chunks, in place): 2 MiB and 32 MiB device
-# chunks (with slots to match: in place needs the chunk to fit a slot), and the copies in and out
-# of the slots instead of in place (RCC_CUDAIPC_INPLACE=0).
-for run in chunk-2M chunk-32M copied; do
+# At 256 MiB, 4 ranks, beside streamperf-4 (8 MiB chunks, queued at the call): 2 MiB and 32 MiB
+# device chunks (with slots to match: a queued chunk must fit a slot), and the progress-driven
+# device ring (RCC_DEVICE_PIPELINE=4: host pacing, windows) that the queued one replaced.
+for run in chunk-2M chunk-32M progress; do
     case $run in
     chunk-2M) settings=(RCC_DEVICE_CHUNK_BYTES=2M) ;;
     chunk-32M) settings=(RCC_DEVICE_CHUNK_BYTES=32M RCC_CUDAIPC_SLOT_BYTES=32M) ;;
-    copied) settings=(RCC_CUDAIPC_INPLACE=0) ;;
+    progress) settings=(RCC_DEVICE_PIPELINE=4) ;;
     esac
     stage "streamperf-$run" 45 "$out/streamperf-$run.txt" env "${perf_env[@]}" "${settings[@]}" \
         "$build/tools/ringcc-run" -n 4 "$build/bench/ringcc-streamperf" -b 256M -e 256M -n 5 -w 1 -r 1
     rc=$?
     [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 done
-# Windows from 1 MiB instead of 16 MiB: is the per-operation mapping worth it below 16 MiB?
+# Windows (progress-driven ring only) from 1 MiB instead of 16 MiB: is the per-operation
+# mapping worth it below 16 MiB?
 stage "streamperf-window-1M" 45 "$out/streamperf-window-1M.txt" env "${perf_env[@]}" \
-    RCC_CUDAIPC_WINDOW_BYTES=1M "$build/tools/ringcc-run" -n 4 "$build/bench/ringcc-streamperf" \
+    RCC_DEVICE_PIPELINE=4 RCC_CUDAIPC_WINDOW_BYTES=1M "$build/tools/ringcc-run" -n 4 "$build/bench/ringcc-streamperf" \
     -b 1M -e 16M -f 4 -r 1
 rc=$?
 [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
@@ -163,19 +166,21 @@ for n in 2 4; do
     rc=$?
     [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 done
-# Hardware queues (docs/cuda.md): every stream on one queue, 2 ranks at 64 MiB. Auto (3) goes
-# chunk by chunk over TCP with its GPU work queued at the call and must run, as must staged
-# whole (0); the device ring forced (2, cudaipc) is expected to stall until RCC_TIMEOUT fails
-# it (its GPU work queued behind the caller's wait). Evidence for the design.
-for mode in 3 0 ring; do
+# Hardware queues (docs/cuda.md): every stream on one queue, 2 ranks at 64 MiB. Over TCP, auto
+# (3) goes chunk by chunk with its GPU work queued at the call and must run, as must staged
+# whole (0); so must the device ring (2, cudaipc, queued at the call too). The progress-driven
+# device ring (4) is expected to stall until RCC_TIMEOUT fails it (its GPU work queued behind
+# the caller's wait). Evidence for the design.
+for mode in 3 0 ring progress; do
     transport=tcp pipeline=$mode
     [ "$mode" = ring ] && transport= pipeline=2
+    [ "$mode" = progress ] && transport= pipeline=4
     stage "one-queue-$mode" 40 "$out/one-queue-$mode.txt" env RCC_TIMEOUT=10 RCC_STALL_WARN=5 \
         CUDA_DEVICE_MAX_CONNECTIONS=1 RCC_DEVICE_PIPELINE="$pipeline" RCC_TRANSPORT="$transport" \
         "$build/tools/ringcc-run" -n 2 "$build/bench/ringcc-streamperf" -b 64M -e 64M -n 3 -w 1 -r 1
     rc=$?
     echo "one-queue-$mode: exit status $rc" >>"$out/one-queue.txt"
-    [ "$mode" = ring ] || [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
+    [ "$mode" = progress ] || [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 done
 # torch.distributed (backend nccl) with 2 and 4 processes on GPU 0 through the preloaded shim:
 # every collective, then DDP against single-process training; 80 s at most per run.
@@ -196,7 +201,7 @@ rc=$?
         echo "--- ringcc-streamperf, $n ranks on one GPU"
         cat "$out/streamperf-$n.txt"
     done
-    for run in chunk-2M chunk-32M copied; do
+    for run in chunk-2M chunk-32M progress; do
         echo "--- ringcc-streamperf, 4 ranks, 256 MiB, $run"
         cat "$out/streamperf-$run.txt"
     done
@@ -206,9 +211,10 @@ rc=$?
         echo "--- ringcc-streamperf, $n ranks, RCC_TRANSPORT=tcp"
         cat "$out/streamperf-tcp-$n.txt"
     done
-    echo "--- one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1), 2 ranks, 64 MiB: auto and staged whole over TCP, device ring forced"
+    echo "--- one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1), 2 ranks, 64 MiB: auto and staged whole over TCP, the device ring queued (2) and progress-driven (4)"
     cat "$out/one-queue.txt"
-    tail -n 5 "$out/one-queue-3.txt" "$out/one-queue-0.txt" "$out/one-queue-ring.txt"
+    tail -n 5 "$out/one-queue-3.txt" "$out/one-queue-0.txt" "$out/one-queue-ring.txt" \
+        "$out/one-queue-progress.txt"
     echo "--- PyTorch through the NCCL shim"
     grep -E '^(ok|FAIL|SKIP|collectives:|ddp:|  skipped:)' "$out/shim-torch.log"
 } | tee -a "$out/summary.txt"

@@ -81,20 +81,24 @@ static const rcc_datatype_t dtypes[] = {RCC_FLOAT32, RCC_BFLOAT16, RCC_INT64, RC
                                         RCC_UINT8,   RCC_FLOAT64,  RCC_INT32};
 
 /* Every kind, dtype and op at sizes that cut into several chunks and into
- * ragged ends. In place (arg NULL): device chunks of 1 MiB fit the 8 MiB
- * receive slots, so every receive must be reduced in its slot and the sends
- * that forward reductions written by them. Fragmented: 1 MiB
- * chunks over 64 KiB slots, each large message cut into 16 fragments copied
- * out of the slots, while the small ones still go in place: both kinds on
- * one connection. Copied: RCC_CUDAIPC_INPLACE=0, nothing in place. In
- * place, allreduces and allgathers write chunks straight into the next
- * rank's output (windows); no_export: outputs that cannot be exported keep
- * the slots. */
+ * ragged ends. Queued at the call (arg NULL, the default): device chunks of
+ * 1 MiB fit the 8 MiB receive slots; every receive is reduced in its slot
+ * and the sends that forward reductions written by them, all queued on the
+ * library's stream at the call (coll/devqueue.c). The rest run the device
+ * ring driven by the progress thread (RCC_DEVICE_PIPELINE=4, pipeline.c):
+ * "progress", in place, where allreduces and allgathers also write chunks
+ * straight into the next rank's output (windows); no_export: outputs that
+ * cannot be exported keep the slots; fragmented: 1 MiB chunks over 64 KiB
+ * slots, each large message cut into 16 fragments copied out of the slots,
+ * while the small ones still go in place: both kinds on one connection;
+ * copied: RCC_CUDAIPC_INPLACE=0, nothing in place. */
 static int rank_collectives(int rank, int n, void *arg)
 {
     int fragmented = arg && !strcmp(arg, "fragmented"), copied = arg && !strcmp(arg, "copied");
-    int no_export = arg && !strcmp(arg, "no_export");
+    int no_export = arg && !strcmp(arg, "no_export"), queued = !arg;
     setenv("RCC_ALGO", "ring", 1); /* the pipelined ring: the path the device ring serves */
+    if (!queued)
+        setenv("RCC_DEVICE_PIPELINE", "4", 1);
     setenv("RCC_DEVICE_CHUNK_BYTES", "1048579", 1);
     setenv("RCC_CUDAIPC_WINDOW_BYTES", "1M", 1); /* the 3 MiB operations exchange windows */
     if (fragmented)
@@ -131,12 +135,12 @@ static int rank_collectives(int rank, int n, void *arg)
     uint64_t direct = c->direct_sends;
     _Atomic uint64_t *total = mp_shared(NULL);
     atomic_fetch_add(total, direct);
-    if ((copied || no_export) && direct != 0)
+    if ((copied || no_export || queued) && direct != 0)
         MP_FAIL("rank %d: %llu chunks written into the next rank's output (expected none)", rank,
                 (unsigned long long)direct);
     if (rcc_barrier(comm) != RCC_SUCCESS)
         MP_FAIL("rank %d: barrier: %s", rank, rcc_last_error(comm));
-    if (rank == 0 && !copied && !no_export && !fragmented && atomic_load(total) == 0)
+    if (rank == 0 && !queued && !copied && !no_export && !fragmented && atomic_load(total) == 0)
         MP_FAIL("%d ranks: no chunk was written straight into the next rank's output", n);
     return td_finish(comm, bad);
 }
@@ -144,6 +148,37 @@ static int rank_collectives(int rank, int n, void *arg)
 START_TEST(device_ring_collectives)
 {
     ck_assert_int_eq(mp_run(_i, rank_collectives, NULL, 300), 0);
+}
+END_TEST
+
+START_TEST(device_ring_progress_driven)
+{
+    ck_assert_int_eq(mp_run(3, rank_collectives, "progress", 300), 0);
+}
+END_TEST
+
+/* Queued, a chunk is one message in one slot: a chunk size larger than
+ * the slots fails the init on every rank, naming both settings. */
+static int rank_chunk_too_large(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    setenv("RCC_DEVICE_CHUNK_BYTES", "1M", 1);
+    setenv("RCC_CUDAIPC_SLOT_BYTES", "65536", 1);
+    fakedev_install();
+    rcc_config_t config = RCC_CONFIG_INITIALIZER;
+    config.timeout_ms = 20000;
+    rcc_comm_t comm = NULL;
+    rcc_result_t res = rcc_comm_init_env(&comm, &config);
+    const char *text = rcc_last_error(NULL);
+    if (res != RCC_ERR_INVALID_ARGUMENT || !strstr(text, "RCC_DEVICE_CHUNK_BYTES") ||
+        !strstr(text, "RCC_CUDAIPC_SLOT_BYTES"))
+        MP_FAIL("rank %d: init gave %s: %s", rank, rcc_result_name(res), text);
+    return 0;
+}
+
+START_TEST(chunk_larger_than_slot_refused)
+{
+    ck_assert_int_eq(mp_run(3, rank_chunk_too_large, NULL, 120), 0);
 }
 END_TEST
 
@@ -345,6 +380,7 @@ static int rank_window_too_far(int rank, int n, void *arg)
         setenv("FAKEDEV_EXPORT_OFFSET", "1048576", 1);
     setenv("RCC_ALGO", "ring", 1);
     setenv("RCC_CUDAIPC_WINDOW_BYTES", "1M", 1);
+    setenv("RCC_DEVICE_PIPELINE", "4", 1); /* windows: the progress-driven device ring's */
     fakedev_install();
     rcc_comm_t comm = mp_comm(20000);
     void *stream = fakedev_stream_create();
@@ -388,6 +424,8 @@ static Suite *cudaipc_suite(void)
     TCase *tc = tcase_create("fake_device");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, device_ring_collectives, 2, 6);
+    tcase_add_test(tc, device_ring_progress_driven);
+    tcase_add_test(tc, chunk_larger_than_slot_refused);
     tcase_add_test(tc, device_ring_fragmented);
     tcase_add_test(tc, device_ring_copied);
     tcase_add_test(tc, device_ring_outputs_not_exported);

@@ -253,16 +253,20 @@ END_TEST
 
 /* ---- device collectives in a group ------------------------------------------------ */
 
-/* Two chunked device allreduces over TCP in one group, on two streams, each
- * held by a gated fill that opens only after rcc_group_end has returned:
- * their GPU work is queued at the call (coll/devqueue.h), inside the group,
- * and both must come out right (as PyTorch's coalesced allreduces). */
+/* Two chunked device allreduces in one group, on two streams, each held by
+ * a gated fill that opens only after rcc_group_end has returned: their GPU
+ * work is queued at the call (coll/devqueue.h), inside the group, and both
+ * must come out right (as PyTorch's coalesced allreduces). arg non-NULL:
+ * over TCP; else over the device ring. */
 static int rank_group_device(int rank, int n, void *arg)
 {
-    (void)arg;
-    setenv("RCC_TRANSPORT", "tcp", 1);
+    if (arg)
+        setenv("RCC_TRANSPORT", "tcp", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(60000);
+    struct rcc_comm *c = comm;
+    if (!arg && (c->drecv_link.nconns != 1 || c->dsend_link.nconns != 1))
+        MP_FAIL("rank %d: no device ring", rank);
     void *sa = fakedev_stream_create(), *sb = fakedev_stream_create();
     const size_t nx = 300001, ny = 200003;
     float *hx = malloc(nx * 4), *gx = malloc(nx * 4);
@@ -315,20 +319,31 @@ START_TEST(device_collectives_in_a_group)
 }
 END_TEST
 
+START_TEST(device_collectives_in_a_group_tcp)
+{
+    static const int tcp = 1;
+    ck_assert_int_eq(mp_run(_i, rank_group_device, (void *)&tcp, 120), 0);
+}
+END_TEST
+
 /* ---- a failure releases the stream --------------------------------------------- */
 
 /* Rank 0 queues an allreduce the others never call (they leave); its
  * stream must still get past the operation, and the communicator must
- * report the failure. arg non-NULL: large enough to go chunk by chunk,
- * over TCP, so that its GPU work is queued at the call, waiting for
- * chunks that never come. */
+ * report the failure. arg non-NULL: large enough to go chunk by chunk, so
+ * that its GPU work is queued at the call, waiting for chunks that never
+ * come: *arg 1 over TCP, 2 over the device ring (its waits are on the
+ * cudaipc counters, which queue_abort must let pass). */
 static int rank_failure(int rank, int n, void *arg)
 {
     size_t count = arg ? 600001 : 1000;
-    if (arg)
+    if (arg && *(const int *)arg == 1)
         setenv("RCC_TRANSPORT", "tcp", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(3000);
+    struct rcc_comm *c = comm;
+    if (arg && *(const int *)arg == 2 && (c->drecv_link.nconns != 1 || c->dsend_link.nconns != 1))
+        MP_FAIL("rank %d: no device ring", rank);
     if (rank != 0)
         return td_finish(comm, 0);
     void *stream = fakedev_stream_create();
@@ -362,8 +377,15 @@ END_TEST
 
 START_TEST(failure_releases_the_stream_chunked)
 {
-    static const int chunked = 1;
-    ck_assert_int_eq(mp_run(_i, rank_failure, (void *)&chunked, 120), 0);
+    static const int tcp = 1;
+    ck_assert_int_eq(mp_run(_i, rank_failure, (void *)&tcp, 120), 0);
+}
+END_TEST
+
+START_TEST(failure_releases_the_stream_device_ring)
+{
+    static const int device_ring = 2;
+    ck_assert_int_eq(mp_run(_i, rank_failure, (void *)&device_ring, 120), 0);
 }
 END_TEST
 
@@ -489,8 +511,10 @@ static Suite *stream_suite(void)
     tcase_add_loop_test(tc, collectives_on_a_stream_tcp, 2, 5);
     tcase_add_loop_test(tc, p2p_on_a_stream, 1, 6);
     tcase_add_loop_test(tc, device_collectives_in_a_group, 2, 5);
+    tcase_add_loop_test(tc, device_collectives_in_a_group_tcp, 2, 4);
     tcase_add_loop_test(tc, failure_releases_the_stream, 2, 5);
     tcase_add_loop_test(tc, failure_releases_the_stream_chunked, 2, 4);
+    tcase_add_loop_test(tc, failure_releases_the_stream_device_ring, 2, 4);
     tcase_add_test(tc, device_and_host_buffers_across_ranks);
     tcase_add_test(tc, tickets_wrap);
     suite_add_tcase(s, tc);

@@ -56,7 +56,8 @@ static const rcci_transport_t *tr;
 typedef struct {
     uint32_t ready;
     uint8_t handle[RCCI_HANDLE_BYTES];
-    pid_t pid; /* connect_start_to_stopped_peer: rank 0's */
+    pid_t pid;             /* connect_start_to_stopped_peer: rank 0's */
+    uint32_t queued_phase; /* queued_messages: how far rank 1 has got */
 } conf_shared_t;
 
 static conf_shared_t *conf_shared(void)
@@ -922,6 +923,159 @@ static int inplace_rank(int rank, int nranks, void *arg)
 START_TEST(in_place_and_copied_alternate) { ck_assert_int_eq(conf_run(inplace_rank), 0); }
 END_TEST
 
+/* ---- queued on a stream (transport.h, version 7) ---- */
+
+#define QUEUED_MSGS 27 /* more than three rounds of any transport's slots */
+
+static size_t queued_size(uint32_t i, size_t max)
+{
+    static const size_t sizes[] = {0, 1, 7, 4096, 65537, 3};
+    return i % 9 == 8 ? max : sizes[i % (sizeof sizes / sizeof *sizes)];
+}
+
+/* Rank 1 queues every message at once on its stream (each behind a wait
+ * for a free slot of rank 0), rank 0 every receive (each behind a wait for
+ * its message), without a host wait in between: the counters alone carry
+ * them through. Then a message of another operation, which rank 0's test
+ * names as a mismatch; then waits that can never pass (sends to slots
+ * never freed, a receive never sent), which queue_abort must let pass. A
+ * transport without the queued calls must refuse each of them. */
+static int queued_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    conf_shared_t *sh = conf_shared();
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    if (conf_move(&e, rank == 1, 10, 1) || conf_move(&e, rank == 0, 10, 2)) /* both hellos */
+        return 1;
+    rcci_tag_t tag = conf_tag(0);
+    void *at;
+    const void *view;
+    uint32_t ticket;
+    int done;
+    if (tr->queue_test(e.conn, 1, 0, 8, &tag, &done) == RCC_ERR_UNSUPPORTED) {
+        if (tr->queue_recv(e.conn, NULL, 8, &view, &ticket) != RCC_ERR_UNSUPPORTED ||
+            tr->queue_send(e.conn, NULL, 8, &at) != RCC_ERR_UNSUPPORTED ||
+            tr->queue_release(e.conn, NULL) != RCC_ERR_UNSUPPORTED ||
+            tr->queue_commit(e.conn, NULL, 8, &tag, &ticket) != RCC_ERR_UNSUPPORTED)
+            MP_FAIL("%s: queued calls half there, or not refused", tr->name);
+        tr->queue_abort(e.conn); /* a no-op */
+        conf_close(&e);
+        return 0;
+    }
+    conf_dev_t d;
+    if (conf_dev_open(&d) != RCC_SUCCESS)
+        MP_FAIL("%s queues messages, but no device stream: %s", tr->name, rcci_tls_error());
+    size_t max = tr->inplace_bytes(e.conn, rank == 1), total = 0, off[QUEUED_MSGS + 1];
+    for (uint32_t i = 0; i < QUEUED_MSGS; i++)
+        off[i] = total, total += queued_size(i, max);
+    off[QUEUED_MSGS] = total;
+    uint8_t *host = NULL;
+    uint32_t tickets[QUEUED_MSGS];
+    if (d.dev->host_alloc((void **)&host, total + GUARD) != RCC_SUCCESS)
+        MP_FAIL("pinned memory: %s", rcci_tls_error());
+    int64_t deadline = rcci_now_ns() + CONF_WAIT_NS;
+    rcc_result_t res = RCC_SUCCESS;
+    memset(host, 0, total);
+    for (uint32_t i = 0; i < QUEUED_MSGS && res == RCC_SUCCESS; i++) {
+        size_t n = queued_size(i, max);
+        tag = conf_tag(0);
+        tag.sig[0] = (uint8_t)i; /* each its own operation: a slip shows as a mismatch */
+        if (rank == 1) {
+            conf_fill(host + off[i], n, 500 + i);
+            res = tr->queue_send(e.conn, d.stream, n, &at);
+            if (res == RCC_SUCCESS && n)
+                res = d.dev->copy(at, host + off[i], n, d.stream);
+            if (res == RCC_SUCCESS)
+                res = tr->queue_commit(e.conn, d.stream, n, &tag, &tickets[i]);
+        } else {
+            res = tr->queue_recv(e.conn, d.stream, n, &view, &tickets[i]);
+            if (res == RCC_SUCCESS && n)
+                res = d.dev->copy(host + off[i], view, n, d.stream);
+            if (res == RCC_SUCCESS)
+                res = tr->queue_release(e.conn, d.stream);
+        }
+    }
+    if (res != RCC_SUCCESS)
+        MP_FAIL("queuing: %s: %s", rcc_strerror(res), rcci_tls_error());
+    for (uint32_t i = 0; i < QUEUED_MSGS; i++) {
+        tag = conf_tag(0);
+        tag.sig[0] = (uint8_t)i;
+        for (done = 0; !done;) {
+            res = tr->queue_test(e.conn, rank == 1, tickets[i], queued_size(i, max), &tag, &done);
+            if (res != RCC_SUCCESS || (!done && rcci_now_ns() > deadline))
+                MP_FAIL("queued %s #%u: %s: %s", rank == 1 ? "send" : "receive", i,
+                        rcc_strerror(res), res ? rcci_tls_error() : "never done");
+            if (!done)
+                usleep(50);
+        }
+    }
+    if (conf_dev_sync(&d))
+        return 1;
+    for (uint32_t i = 0; rank == 0 && i < QUEUED_MSGS; i++) {
+        uint8_t *want = conf_buf(queued_size(i, max));
+        conf_fill(want, queued_size(i, max), 500 + i);
+        if (memcmp(host + off[i], want, queued_size(i, max)))
+            MP_FAIL("queued message #%u of %zu bytes: the bytes differ", i, queued_size(i, max));
+        free(want);
+    }
+    /* A message of another operation: rank 0's test names the mismatch. */
+    tag = conf_tag(0);
+    tag.sig[0] = rank == 1 ? 0xaa : 0xbb;
+    res = rank == 1 ? tr->queue_send(e.conn, d.stream, 64, &at)
+                    : tr->queue_recv(e.conn, d.stream, 64, &view, &ticket);
+    if (res == RCC_SUCCESS)
+        res = rank == 1 ? tr->queue_commit(e.conn, d.stream, 64, &tag, &ticket)
+                        : tr->queue_release(e.conn, d.stream);
+    for (done = 0; res == RCC_SUCCESS && !done && rcci_now_ns() < deadline; usleep(50))
+        res = tr->queue_test(e.conn, rank == 1, ticket, 64, &tag, &done);
+    if (rank == 1 ? res != RCC_SUCCESS : res != RCC_ERR_MISMATCH)
+        MP_FAIL("a queued message of another operation: %s: %s", rcc_strerror(res),
+                rcci_tls_error());
+    if (conf_dev_sync(&d))
+        return 1;
+    /* Waits that never pass: rank 1 fills rank 0's slots and queues past
+     * them (nothing frees them), rank 0 waits for a message never sent. */
+    if (rank == 1) {
+        for (int i = 0; i < 2 * 8 + 1 && res == RCC_SUCCESS; i++) {
+            res = tr->queue_send(e.conn, d.stream, 8, &at);
+            if (res == RCC_SUCCESS)
+                res = tr->queue_commit(e.conn, d.stream, 8, &tag, &ticket);
+        }
+        __atomic_store_n(&sh->queued_phase, 1, __ATOMIC_RELEASE);
+    } else {
+        while (__atomic_load_n(&sh->queued_phase, __ATOMIC_ACQUIRE) < 1 && rcci_now_ns() < deadline)
+            usleep(1000);
+        res = tr->queue_recv(e.conn, d.stream, 8, &view, &ticket); /* lands: it was sent */
+        for (int i = 0; i < 3 * 8 && res == RCC_SUCCESS; i++)      /* past all that was */
+            res = tr->queue_recv(e.conn, d.stream, 8, &view, &ticket);
+    }
+    if (res != RCC_SUCCESS)
+        MP_FAIL("queuing waits: %s: %s", rcc_strerror(res), rcci_tls_error());
+    usleep(100000);
+    int stuck = 0;
+    if (d.dev->event_record(d.event, d.stream) != RCC_SUCCESS ||
+        d.dev->event_query(d.event, &done) != RCC_SUCCESS)
+        MP_FAIL("event: %s", rcci_tls_error());
+    stuck = !done;
+    for (int64_t t = rcci_now_ns() + CONF_WAIT_NS; !done && rcci_now_ns() < t; usleep(1000)) {
+        tr->queue_abort(e.conn); /* again and again: the peer's stores may undo it */
+        d.dev->event_query(d.event, &done);
+    }
+    if (!stuck || !done)
+        MP_FAIL("rank %d: the stream %s", rank,
+                stuck ? "never got past its waits after queue_abort" : "waited for nothing");
+    __atomic_store_n(&sh->queued_phase, 2 + (uint32_t)rank, __ATOMIC_RELEASE);
+    d.dev->host_free(host);
+    conf_dev_close(&d);
+    conf_close(&e);
+    return 0;
+}
+
+START_TEST(queued_messages) { ck_assert_int_eq(conf_run(queued_rank), 0); }
+END_TEST
+
 /* ---- registered buffers ---- */
 
 #define REG_AHEAD 3 /* sends in flight, each from its own registered buffer */
@@ -1039,6 +1193,7 @@ static Suite *conformance_suite(void)
     tcase_add_test(tc, connect_start_to_stopped_peer);
     tcase_add_test(tc, teardown_while_busy);
     tcase_add_test(tc, in_place_and_copied_alternate);
+    tcase_add_test(tc, queued_messages);
     tcase_add_test(tc, registered_buffers);
     suite_add_tcase(s, tc);
     return s;

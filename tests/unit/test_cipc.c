@@ -70,6 +70,46 @@ START_TEST(headers_are_checked)
 }
 END_TEST
 
+/* Queued messages carry one word each (the ticket's low byte, a hash of
+ * signature and length): a word of another operation or length is a
+ * mismatch naming the sender; a later fragment's word (the receiver looked
+ * too late) checks nothing; a header marked queued fails a receive that is
+ * not queued, as a mismatch. */
+START_TEST(queued_words_are_checked)
+{
+    rcci_tag_t want = {.seq = 0}, other = {.seq = 0};
+    memset(want.sig, 3, sizeof want.sig);
+    memset(other.sig, 3, sizeof other.sig);
+    other.sig[9] ^= 0x40;
+    static const uint32_t tickets[] = {0, 1, 255, 256, 0xffffffffu};
+    for (size_t i = 0; i < sizeof tickets / sizeof *tickets; i++) {
+        uint32_t t = tickets[i], w = rcci_cipc_check_word(&want, 4096, t);
+        ck_assert_uint_eq(w >> 24, t & 0xffu);
+        ck_assert_int_eq(rcci_cipc_check_queued(w, &want, 4096, t, "rank 1", "rank 0", NULL),
+                         RCC_SUCCESS);
+        uint32_t wrong_len = rcci_cipc_check_word(&want, 4100, t);
+        uint32_t wrong_op = rcci_cipc_check_word(&other, 4096, t);
+        ck_assert_uint_ne(wrong_len, w);
+        ck_assert_uint_ne(wrong_op, w);
+        ck_assert_int_eq(
+            rcci_cipc_check_queued(wrong_len, &want, 4096, t, "rank 1", "rank 0", NULL),
+            RCC_ERR_MISMATCH);
+        ck_assert(strstr(rcci_tls_error(), "rank 1") != NULL);
+        ck_assert_int_eq(rcci_cipc_check_queued(wrong_op, &want, 4096, t, "rank 1", "rank 0", NULL),
+                         RCC_ERR_MISMATCH);
+        /* Overwritten by fragment t + RCCI_CIPC_CHECKS: nothing to say. */
+        uint32_t later = rcci_cipc_check_word(&other, 8, t + RCCI_CIPC_CHECKS);
+        ck_assert_int_eq(rcci_cipc_check_queued(later, &want, 4096, t, "rank 1", "rank 0", NULL),
+                         RCC_SUCCESS);
+    }
+    rcci_cipc_hdr_t h = {.seq = 7, .frag = 0, .bytes = 4096, .flags = RCCI_CIPC_QUEUED};
+    memcpy(h.sig, want.sig, sizeof h.sig);
+    ck_assert_int_eq(rcci_cipc_check(&h, &want, 4096, 0, "rank 1", "rank 0", NULL),
+                     RCC_ERR_MISMATCH);
+    ck_assert(strstr(rcci_tls_error(), "queued") != NULL);
+}
+END_TEST
+
 START_TEST(hellos_are_checked)
 {
     rcci_cipc_hello_t h = {.magic = RCCI_CIPC_HELLO_MAGIC,
@@ -148,6 +188,7 @@ static Suite *cipc_suite(void)
     tcase_add_test(tc, fragments_cover_the_message);
     tcase_add_test(tc, counters_wrap);
     tcase_add_test(tc, headers_are_checked);
+    tcase_add_test(tc, queued_words_are_checked);
     tcase_add_test(tc, hellos_are_checked);
     tcase_add_test(tc, shared_memory_across_processes);
     suite_add_tcase(s, tc);

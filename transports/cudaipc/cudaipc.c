@@ -123,6 +123,14 @@ struct rcci_conn {
     rcci_cipc_hello_t mine, theirs;
     rcci_request_t *hello_sreq, *hello_rreq;
     int hello_done;
+    /* Queued (transport.h, version 7): from the first queued call on, the
+     * numbering is the queuing thread's (q_tx, q_rx: the next fragment to
+     * queue each way; atomic, as queue_abort reads them from any thread),
+     * and the progress thread only reads the counters. */
+    int q_on;
+    uint32_t q_tx, q_rx, q_unreleased;
+    int q_reserved;
+    size_t q_reserved_bytes;
 };
 
 /* ---- context ------------------------------------------------------------- */
@@ -685,9 +693,13 @@ static rcc_result_t cipc_peek(rcci_conn_t *c, rcci_tag_t *tag, int *found)
     res = CTRL->peek(c->ctrl, tag, found);
     if (res != RCC_SUCCESS || *found != RCCI_PEEK_NONE)
         return res;
+    if (__atomic_load_n(&c->q_on, __ATOMIC_ACQUIRE))
+        return RCC_SUCCESS; /* no headers, and the numbering is another thread's */
     uint32_t next = cipc_unclaimed(c);
     if (rcci_cipc_passed(__atomic_load_n(&c->rx_page->head, __ATOMIC_ACQUIRE), next)) {
         const rcci_cipc_hdr_t *h = &c->rx_page->hdr[next % RCCI_CIPC_SLOTS];
+        if (__atomic_load_n(&h->flags, __ATOMIC_ACQUIRE) & RCCI_CIPC_QUEUED)
+            return RCC_SUCCESS; /* no header to show: a receive reports it (rcci_cipc_check) */
         tag->seq = h->seq;
         memcpy(tag->sig, h->sig, RCCI_SIG_BYTES);
         *found = RCCI_PEEK_DATA;
@@ -810,6 +822,143 @@ static rcc_result_t cipc_commit_send(rcci_conn_t *c, size_t bytes, const rcci_ta
     return RCC_SUCCESS;
 }
 
+/* ---- queued (transport.h, version 7) --------------------------------------- */
+
+/* Stored by queue_abort past every count a queued wait asks for (waits
+ * compare cyclically, and far fewer fragments are ever queued ahead). */
+#define CIPC_RUN_THROUGH 0x40000000u
+
+/* The first queued call takes the numbering over: the connection's
+ * messages so far (the engine's first message, at init) are done. */
+static void cipc_queued_on(rcci_conn_t *c)
+{
+    if (c->q_on)
+        return;
+    c->q_tx = c->tx_next;
+    c->q_rx = c->q_unreleased = c->rx_next;
+    for (int i = 0; c->tx_page && i < RCCI_CIPC_SLOTS; i++) /* the headers are stale from now */
+        __atomic_store_n(&c->tx_page->hdr[i].flags, RCCI_CIPC_QUEUED, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->q_on, 1, __ATOMIC_RELEASE);
+}
+
+/* A queued message is one slot: RCC_ERR_INVALID_ARGUMENT where it is larger. */
+static rcc_result_t cipc_queued_fits(const rcci_conn_t *c, int send, size_t bytes)
+{
+    size_t slot = send ? c->tx_slot_bytes : c->rx_slot_bytes;
+    if (bytes <= slot)
+        return RCC_SUCCESS;
+    return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                      "cudaipc: a queued %s of %zu bytes %s %s exceeds its %zu-byte slot (%s)",
+                      send ? "send" : "receive", bytes, send ? "to" : "from", c->peer, slot,
+                      send ? "the peer's RCC_CUDAIPC_SLOT_BYTES" : "RCC_CUDAIPC_SLOT_BYTES");
+}
+
+static rcc_result_t cipc_queue_recv(rcci_conn_t *c, void *stream, size_t bytes, const void **data,
+                                    uint32_t *ticket)
+{
+    if (cipc_queued_fits(c, 0, bytes) != RCC_SUCCESS)
+        return RCC_ERR_INVALID_ARGUMENT;
+    cipc_queued_on(c);
+    uint32_t f = c->q_rx;
+    rcc_result_t res = c->ctx->dev->wait_flag(stream, &c->rx_page->head, f + 1);
+    if (res != RCC_SUCCESS)
+        return res;
+    *data = c->rx_slots + (size_t)(f % RCCI_CIPC_SLOTS) * c->rx_slot_bytes;
+    *ticket = f;
+    __atomic_store_n(&c->q_rx, f + 1, __ATOMIC_RELEASE);
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t cipc_queue_release(rcci_conn_t *c, void *stream)
+{
+    if (!c->q_on || c->q_unreleased == c->q_rx)
+        return rcci_error(RCC_ERR_INTERNAL, "cudaipc: queue_release with no queued receive (%s)",
+                          c->peer);
+    rcc_result_t res = c->ctx->dev->write_flag(stream, &c->rx_page->tail, c->q_unreleased + 1);
+    if (res == RCC_SUCCESS)
+        c->q_unreleased++;
+    return res;
+}
+
+static rcc_result_t cipc_queue_send(rcci_conn_t *c, void *stream, size_t bytes, void **data)
+{
+    if (!c->hello_done) /* the engine's first message at init waited for it */
+        return rcci_error(RCC_ERR_INTERNAL, "cudaipc: a queued send before %s's memory is mapped",
+                          c->peer);
+    if (c->q_reserved)
+        return rcci_error(RCC_ERR_INTERNAL, "cudaipc: a second queue_send before queue_commit");
+    if (cipc_queued_fits(c, 1, bytes) != RCC_SUCCESS)
+        return RCC_ERR_INVALID_ARGUMENT;
+    cipc_queued_on(c);
+    uint32_t f = c->q_tx;
+    /* Its slot is free once the receiver has released fragment f - SLOTS. */
+    rcc_result_t res = c->ctx->dev->wait_flag(stream, &c->tx_page->tail, f - RCCI_CIPC_SLOTS + 1);
+    if (res != RCC_SUCCESS)
+        return res;
+    *data = c->tx_slots + (size_t)(f % RCCI_CIPC_SLOTS) * c->tx_slot_bytes;
+    c->q_reserved = 1;
+    c->q_reserved_bytes = bytes;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t cipc_queue_commit(rcci_conn_t *c, void *stream, size_t bytes,
+                                      const rcci_tag_t *tag, uint32_t *ticket)
+{
+    if (!c->q_reserved || bytes != c->q_reserved_bytes)
+        return rcci_error(RCC_ERR_INTERNAL,
+                          "cudaipc: queue_commit of %zu bytes to %s without its queue_send", bytes,
+                          c->peer);
+    uint32_t f = c->q_tx;
+    const rcci_devapi_t *dev = c->ctx->dev;
+    rcc_result_t res = dev->write_flag(stream, &c->tx_page->check[f % RCCI_CIPC_CHECKS],
+                                       rcci_cipc_check_word(tag, bytes, f));
+    if (res == RCC_SUCCESS)
+        res = dev->write_flag(stream, &c->tx_page->head, f + 1);
+    if (res != RCC_SUCCESS)
+        return res;
+    c->q_reserved = 0;
+    *ticket = f;
+    __atomic_store_n(&c->q_tx, f + 1, __ATOMIC_RELEASE);
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t cipc_queue_test(rcci_conn_t *c, int send, uint32_t ticket, size_t bytes,
+                                    const rcci_tag_t *tag, int *done)
+{
+    *done = 0;
+    if (c->failed != RCC_SUCCESS)
+        return cipc_failed(c);
+    rcci_cipc_page_t *page = send ? c->tx_page : c->rx_page;
+    if (rcci_cipc_passed(__atomic_load_n(&page->head, __ATOMIC_ACQUIRE), ticket)) {
+        *done = 1;
+        if (send)
+            return RCC_SUCCESS;
+        uint32_t word = __atomic_load_n(&page->check[ticket % RCCI_CIPC_CHECKS], __ATOMIC_ACQUIRE);
+        rcc_result_t res = rcci_cipc_check_queued(word, tag, bytes, ticket, c->peer, c->self,
+                                                  c->ctx->env.describe_sig);
+        return res == RCC_SUCCESS ? RCC_SUCCESS : cipc_fail(c, res);
+    }
+    /* Waiting for the peer: whether it is still there, now and then. */
+    int64_t now = rcci_now_ns();
+    if (now < c->ctrl_next_ns)
+        return RCC_SUCCESS;
+    c->ctrl_next_ns = now + CIPC_CTRL_EVERY_NS;
+    return cipc_look_at_ctrl(c);
+}
+
+static void cipc_queue_abort(rcci_conn_t *c)
+{
+    if (!c || !__atomic_load_n(&c->q_on, __ATOMIC_ACQUIRE))
+        return;
+    __atomic_store_n(&c->rx_page->head,
+                     __atomic_load_n(&c->q_rx, __ATOMIC_ACQUIRE) + CIPC_RUN_THROUGH,
+                     __ATOMIC_RELEASE);
+    if (c->tx_page)
+        __atomic_store_n(&c->tx_page->tail,
+                         __atomic_load_n(&c->q_tx, __ATOMIC_ACQUIRE) + CIPC_RUN_THROUGH,
+                         __ATOMIC_RELEASE);
+}
+
 const rcci_transport_t rcci_transport_cudaipc = {
     .abi = RCCI_TRANSPORT_ABI,
     .size = sizeof(rcci_transport_t),
@@ -842,4 +991,10 @@ const rcci_transport_t rcci_transport_cudaipc = {
     .release = cipc_release,
     .reserve_send = cipc_reserve_send,
     .commit_send = cipc_commit_send,
+    .queue_recv = cipc_queue_recv,
+    .queue_release = cipc_queue_release,
+    .queue_send = cipc_queue_send,
+    .queue_commit = cipc_queue_commit,
+    .queue_test = cipc_queue_test,
+    .queue_abort = cipc_queue_abort,
 };

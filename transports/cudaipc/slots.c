@@ -1,9 +1,11 @@
 /* The cudaipc transport's slot protocol (slots.h). */
 #include "slots.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "err.h"
+#include "hash.h"
 #include "tcp/wire.h" /* rcci_wire_match: the same words for the same mistakes */
 
 uint32_t rcci_cipc_frags(uint64_t bytes, size_t slot_bytes)
@@ -25,10 +27,27 @@ int rcci_cipc_slot_free(uint32_t next, uint32_t tail)
 
 int rcci_cipc_passed(uint32_t c, uint32_t f) { return (int32_t)(c - f) > 0; }
 
+/* RCC_ERR_MISMATCH: `peer` sent `what` where `self` expects a message of
+ * the operation `expect` describes. */
+static rcc_result_t cipc_mismatch(const char *peer, const char *what, const char *self,
+                                  const rcci_tag_t *expect, rcci_sig_describe_fn describe)
+{
+    char want[160] = "";
+    if (describe)
+        describe(expect->sig, want, sizeof want);
+    return rcci_error(RCC_ERR_MISMATCH, "%s sent %s where %s expects one of %s", peer, what, self,
+                      want[0] ? want : "its own operation");
+}
+
 rcc_result_t rcci_cipc_check(const rcci_cipc_hdr_t *hdr, const rcci_tag_t *expect,
                              uint64_t expect_bytes, uint32_t frag, const char *peer,
                              const char *self, rcci_sig_describe_fn describe)
 {
+    if (hdr->flags & RCCI_CIPC_QUEUED)
+        return cipc_mismatch(peer,
+                             "a message queued on its stream (a collective on device buffers "
+                             "over the device ring)",
+                             self, expect, describe);
     rcci_wire_frame_t f = {.length = hdr->bytes};
     f.tag.seq = hdr->seq;
     memcpy(f.tag.sig, hdr->sig, RCCI_SIG_BYTES);
@@ -39,6 +58,27 @@ rcc_result_t rcci_cipc_check(const rcci_cipc_hdr_t *hdr, const rcci_tag_t *expec
                          "slot protocol broke",
                          peer, hdr->frag, hdr->seq, frag);
     return res;
+}
+
+uint32_t rcci_cipc_check_word(const rcci_tag_t *tag, uint64_t bytes, uint32_t ticket)
+{
+    uint64_t h = rcci_mix64(rcci_fnv1a(RCCI_FNV1A_SEED, tag->sig, RCCI_SIG_BYTES) ^ bytes);
+    return (ticket & 0xffu) << 24 | (uint32_t)(h & 0xffffffu);
+}
+
+rcc_result_t rcci_cipc_check_queued(uint32_t found, const rcci_tag_t *expect, uint64_t bytes,
+                                    uint32_t ticket, const char *peer, const char *self,
+                                    rcci_sig_describe_fn describe)
+{
+    uint32_t want_word = rcci_cipc_check_word(expect, bytes, ticket);
+    if (found == want_word || found >> 24 != want_word >> 24)
+        return RCC_SUCCESS;
+    char what[160];
+    snprintf(what, sizeof what,
+             "message %u of another operation or length (the ranks called different "
+             "collectives; %llu bytes expected)",
+             ticket, (unsigned long long)bytes);
+    return cipc_mismatch(peer, what, self, expect, describe);
 }
 
 rcc_result_t rcci_cipc_hello_check(const rcci_cipc_hello_t *h, const char *peer)

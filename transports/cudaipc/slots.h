@@ -38,6 +38,8 @@
  * where they land (in place: transport.h). */
 #define RCCI_CIPC_SLOTS 8
 
+#define RCCI_CIPC_CHECKS 64
+
 /* What the sender says about a fragment. */
 typedef struct {
     uint32_t seq;   /* the message's tag */
@@ -48,6 +50,11 @@ typedef struct {
     uint32_t unused;
 } rcci_cipc_hdr_t;
 #define RCCI_CIPC_DIRECT 1u
+/* Stored by the sender's host into every slot's header when it starts
+ * queuing (its fragments have no header from then on): a receiver that
+ * is not queuing (it called another operation) reports that, not a
+ * stale header. */
+#define RCCI_CIPC_QUEUED 2u
 
 /* The shared page; the counters on their own cache lines. */
 typedef struct {
@@ -59,6 +66,12 @@ typedef struct {
     volatile uint32_t tail;
     uint32_t pad1[15];
     rcci_cipc_hdr_t hdr[RCCI_CIPC_SLOTS];
+    /* Queued fragments (transport.h, version 7) have no header: the host
+     * cannot write one at the call, as the slot may still hold an earlier
+     * fragment. The sender's stream stores one word per fragment here
+     * instead (rcci_cipc_check_word), before head; kept for
+     * RCCI_CIPC_CHECKS fragments, so the receiver's host may look late. */
+    volatile uint32_t check[RCCI_CIPC_CHECKS];
 } rcci_cipc_page_t;
 
 /* Fragments of a message of `bytes` (at least 1), and where fragment k of
@@ -81,10 +94,22 @@ rcc_result_t rcci_cipc_check(const rcci_cipc_hdr_t *hdr, const rcci_tag_t *expec
                              uint64_t expect_bytes, uint32_t frag, const char *peer,
                              const char *self, rcci_sig_describe_fn describe);
 
+/* Queued messages: the check word of fragment `ticket`, a message of
+ * `bytes` with `tag`: the ticket's low 8 bits, then 24 bits of a hash of
+ * the signature and the length (the engine does not know the sequence
+ * number at the call). rcci_cipc_check_queued compares the word found at
+ * check[ticket % RCCI_CIPC_CHECKS] with the one expected: RCC_ERR_MISMATCH
+ * naming `peer`; a word of another ticket (a later fragment's, the
+ * receiver looked too late) checks nothing and passes. */
+uint32_t rcci_cipc_check_word(const rcci_tag_t *tag, uint64_t bytes, uint32_t ticket);
+rcc_result_t rcci_cipc_check_queued(uint32_t found, const rcci_tag_t *expect, uint64_t bytes,
+                                    uint32_t ticket, const char *peer, const char *self,
+                                    rcci_sig_describe_fn describe);
+
 /* The hello each end sends once connected, over the control connection:
  * its receive side, for the peer to map. */
 #define RCCI_CIPC_HELLO_MAGIC 0x43504943u /* "CIPC" */
-#define RCCI_CIPC_VERSION 3 /* 2: the header's flags; 3: the page's `unmapped` */
+#define RCCI_CIPC_VERSION 4 /* 2: the header's flags; 3: the page's `unmapped`; 4: `check` */
 typedef struct {
     uint32_t magic, version;
     uint32_t slots, slot_bytes;

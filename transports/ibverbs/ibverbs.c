@@ -1358,6 +1358,7 @@ const rcci_transport_t rcci_transport_ibverbs = {
     .test = verbs_test,
     .write = rcci_transport_unsupported_write,
     RCCI_TRANSPORT_NO_INPLACE,
+    RCCI_TRANSPORT_NO_QUEUED,
     .wait_fd = verbs_wait_fd,
     .close = verbs_close,
     .probe = verbs_probe,

@@ -590,6 +590,7 @@ const rcci_transport_t rcci_transport_tcp = {
     .test = tcp_test,
     .write = rcci_transport_unsupported_write,
     RCCI_TRANSPORT_NO_INPLACE,
+    RCCI_TRANSPORT_NO_QUEUED,
     .wait_fd = tcp_wait_fd,
     .close = tcp_close,
     .probe = tcp_probe,
