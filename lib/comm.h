@@ -217,6 +217,10 @@ struct rcc_comm {
     int callers;         /* threads inside a call on this communicator */
     rcc_result_t broken; /* sticky failure: later operations fail at once */
     char broken_text[RCCI_ERR_TEXT_BYTES];
+    /* A failure found on a caller's thread for the progress thread to act
+     * on (rcci_progress_fail), under `lock`. */
+    rcc_result_t fail_pending;
+    char fail_text[RCCI_ERR_TEXT_BYTES];
     char last_error[RCCI_ERR_TEXT_BYTES];
     rcci_timeline_t *tl; /* RCC_TIMELINE's recorder; NULL when off (timeline.h) */
 };
@@ -305,6 +309,12 @@ void rcci_progress_stop(struct rcc_comm *comm);
 /* Makes the progress thread fail every pending operation with
  * RCC_ERR_ABORTED and close the links. Safe from any thread. */
 void rcci_progress_abort(struct rcc_comm *comm);
+/* Fails the communicator with `res` and the calling thread's error text,
+ * from any thread: later operations fail at once, and the progress thread
+ * fails the pending ones and tells the peers, as after a failure of its
+ * own. For state a caller's thread cannot leave behind (a device-ring
+ * operation queued in part: the connections' numbering moved on). */
+void rcci_progress_fail(struct rcc_comm *comm, rcc_result_t res);
 /* The communicator's failure, RCC_SUCCESS while healthy. An idle
  * communicator's connections are probed first (nonblocking), so a peer
  * that died or failed since is noticed; the failure then breaks it as an

@@ -389,6 +389,14 @@ static void *progress_main(void *arg)
             rcc_result_t res = rcci_error(RCC_ERR_ABORTED, "the communicator was aborted");
             progress_fail_all(comm, act, &nact, res);
         }
+        if (!progress_caller_drives(comm)) { /* a caller's thread failed it (rcci_progress_fail) */
+            pthread_mutex_lock(&comm->lock);
+            rcc_result_t failed = comm->fail_pending;
+            comm->fail_pending = RCC_SUCCESS;
+            pthread_mutex_unlock(&comm->lock);
+            if (failed != RCC_SUCCESS)
+                progress_fail_all(comm, act, &nact, rcci_error(failed, "%s", comm->fail_text));
+        }
         /* An operation a caller started inline and handed over runs first:
          * it was called before anything queued. */
         if (nact < cap || !grow_active(&act, &cap)) {
@@ -695,6 +703,21 @@ rcc_result_t rcci_op_wait(rcci_op_t *op)
         rcci_tls_error_set(op->error);
     pthread_mutex_unlock(&op->lock);
     return res;
+}
+
+void rcci_progress_fail(struct rcc_comm *comm, rcc_result_t res)
+{
+    char text[RCCI_ERR_TEXT_BYTES];
+    snprintf(text, sizeof text, "%s", rcci_tls_error());
+    progress_mark_broken(comm, res, text);
+    pthread_mutex_lock(&comm->lock);
+    if (comm->fail_pending == RCC_SUCCESS) {
+        comm->fail_pending = res;
+        snprintf(comm->fail_text, sizeof comm->fail_text, "%s", text);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    if (comm->progress_started)
+        progress_wake(comm);
 }
 
 void rcci_progress_abort(struct rcc_comm *comm)

@@ -704,8 +704,11 @@ static rcc_result_t stream_queue_device(struct rcc_comm *comm, struct rcci_strea
     if (res == RCC_SUCCESS)
         res = rcci_devq_queue(comm, op, s->dev, s->copy_stream, op->mark.start, op->mark.ticket,
                               op->mark.pin, dscratch, &op->mark.devq);
-    if (res != RCC_SUCCESS)
+    if (res != RCC_SUCCESS) {
         rcci_devq_release(op->mark.devq); /* what it queued runs through */
+        if (rcci_devq_on_device_ring(op->mark.devq))
+            rcci_progress_fail(comm, res);
+    }
     if (dscratch)
         s->dev->dev_free(dscratch, s->copy_stream);
     return res;
@@ -809,6 +812,7 @@ struct rcci_exec {
     char *dscratch;
     char *dslots;
     void *event; /* recorded on the device path's stream when it ends */
+    int64_t drain_ns; /* when PH_DRAIN began: its wait has the communicator's timeout too */
 };
 
 /* Every mark `op` waits for has been started by its stream. */
@@ -881,8 +885,10 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
         if (x->op->mark.devq) {
             int ended = 0;
             res = rcci_devq_advance(comm, x->op->mark.devq, progressed, &ended);
-            if (res == RCC_SUCCESS && ended)
+            if (res == RCC_SUCCESS && ended) {
                 x->phase = PH_DRAIN;
+                x->drain_ns = rcci_now_ns();
+            }
             return res;
         }
         if (!x->inner) {
@@ -907,11 +913,17 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
         if (res == RCC_SUCCESS)
             res = x->s->dev->event_record(x->event, x->s->copy_stream);
         x->phase = PH_DRAIN;
+        x->drain_ns = rcci_now_ns();
         return res;
     case PH_DRAIN: {
         int ready = 0;
         res = x->op->mark.devq ? rcci_devq_gpu_done(x->op->mark.devq, &ready)
                                : x->s->dev->event_query(x->event, &ready);
+        if (res == RCC_SUCCESS && !ready && rcci_now_ns() - x->drain_ns > comm->timeout_ns)
+            return rcci_error(RCC_ERR_TIMEOUT,
+                              "%s: every message has moved, but the GPU did not finish the "
+                              "operation's last work within %.0f s (is the device hung?)",
+                              rcci_coll_name(x->op->coll), comm->timeout_ns / 1e9);
         if (res != RCC_SUCCESS || !ready) {
             comm->poll_ms = 1;
             return res;

@@ -331,6 +331,8 @@ rcc_result_t rcci_devq_queue(struct rcc_comm *comm, rcci_op_t *op, const rcci_de
     return res;
 }
 
+int rcci_devq_on_device_ring(const rcci_devq_t *q) { return q && (q->sq || q->rq); }
+
 rcc_result_t rcci_devq_gpu_done(rcci_devq_t *q, int *done)
 {
     *done = 0;

@@ -52,6 +52,11 @@ rcc_result_t rcci_devq_queue(struct rcc_comm *comm, rcci_op_t *op, const rcci_de
                              void *stream, volatile uint32_t *start, uint32_t ticket,
                              char *pinned, char *dscratch, rcci_devq_t **out);
 
+/* Whether the operation uses an edge of the device ring: queued on it in
+ * part (a failure of rcci_devq_queue), the edge's numbering has moved on
+ * and the communicator cannot go on. */
+int rcci_devq_on_device_ring(const rcci_devq_t *q);
+
 /* Whether the GPU work queued has all run (never blocks). */
 rcc_result_t rcci_devq_gpu_done(rcci_devq_t *q, int *done);
 

@@ -423,8 +423,15 @@ static rcc_result_t fake_event_create(void **event)
 
 static void fake_event_destroy(void *event) { free(event); }
 
+/* FAKEDEV_COPY_FAILS_AFTER=N: copies after the first N fail, as a launch
+ * on a broken context does. */
 static rcc_result_t fake_copy(void *dst, const void *src, size_t n, void *stream)
 {
+    static atomic_long copies;
+    const char *fails = getenv("FAKEDEV_COPY_FAILS_AFTER");
+    if (fails && atomic_fetch_add(&copies, 1) >= atol(fails))
+        return rcci_error(RCC_ERR_CUDA, "fakedev: copy refused (FAKEDEV_COPY_FAILS_AFTER=%s)",
+                          fails);
     stream_push(stream, (item_t){.kind = ITEM_COPY, .dst = dst, .src = src, .n = n});
     return RCC_SUCCESS;
 }
@@ -481,10 +488,12 @@ static rcc_result_t fake_event_record(void *event, void *stream)
     return RCC_SUCCESS;
 }
 
+/* FAKEDEV_EVENTS_HANG=1: no event ever completes, as on a GPU that hangs
+ * (the streams' own work still runs). */
 static rcc_result_t fake_event_query(void *event, int *done)
 {
     fake_event_t *e = event;
-    *done = atomic_load(&e->done) >= e->recorded;
+    *done = atomic_load(&e->done) >= e->recorded && !getenv("FAKEDEV_EVENTS_HANG");
     return RCC_SUCCESS;
 }
 

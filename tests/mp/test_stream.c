@@ -389,6 +389,102 @@ START_TEST(failure_releases_the_stream_device_ring)
 }
 END_TEST
 
+/* The communicator's asynchronous error, polled until there is one or
+ * `limit_s` seconds have passed since `t0`. */
+static rcc_result_t await_async_error(rcc_comm_t comm, double t0, double limit_s)
+{
+    rcc_result_t async = RCC_SUCCESS;
+    while (async == RCC_SUCCESS && td_now_s() - t0 < limit_s) {
+        rcc_comm_get_async_error(comm, &async);
+        usleep(10000);
+    }
+    return async;
+}
+
+/* Rank 0's device allreduce over the device ring fails half queued (a copy
+ * refused, as on a broken context): its call returns the error; its
+ * device-ring connections' numbering has moved on, so its communicator
+ * must fail (later calls too) and tell the peers, whose streams are
+ * released and whose communicators report it well within their timeout,
+ * not after it. */
+static int rank_queue_fails(int rank, int n, void *arg)
+{
+    (void)arg;
+    if (rank == 0)
+        setenv("FAKEDEV_COPY_FAILS_AFTER", "1", 1);
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(60000);
+    struct rcc_comm *c = comm;
+    if (c->drecv_link.nconns != 1 || c->dsend_link.nconns != 1)
+        MP_FAIL("rank %d: no device ring", rank);
+    void *stream = fakedev_stream_create();
+    size_t count = 600001;
+    float *d = fakedev_malloc(count * sizeof(float));
+    double t0 = td_now_s();
+    rcc_result_t res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
+    if (rank == 0 && res != RCC_ERR_CUDA)
+        MP_FAIL("rank 0: the half-queued call gave %s: %s", rcc_result_name(res),
+                rcc_last_error(comm));
+    if (fakedev_stream_sync(stream, 20))
+        MP_FAIL("rank %d: the stream was left waiting", rank);
+    rcc_result_t async = await_async_error(comm, t0, 20);
+    printf("rank %d of %d: %.2f s: %s: %s\n", rank, n, td_now_s() - t0, rcc_result_name(async),
+           rcc_last_error(comm));
+    if (async == RCC_SUCCESS)
+        MP_FAIL("rank %d: no failure reported within 20 s", rank);
+    res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
+    if (res == RCC_SUCCESS && fakedev_stream_sync(stream, 20))
+        MP_FAIL("rank %d: a call on the failed communicator left its stream waiting", rank);
+    fakedev_free(d);
+    fakedev_stream_destroy(stream);
+    rcc_comm_abort(comm);
+    return 0;
+}
+
+START_TEST(half_queued_device_ring_fails_the_communicator)
+{
+    ck_assert_int_eq(mp_run(_i, rank_queue_fails, NULL, 120), 0);
+}
+END_TEST
+
+/* A GPU that never finishes (no event completes): every message of a
+ * queued device allreduce has moved, and the wait for its last GPU work
+ * must end with RCC_ERR_TIMEOUT after the communicator's timeout (2 s
+ * here), saying so, rather than hold the operation forever. */
+static int rank_gpu_hangs(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    setenv("FAKEDEV_EVENTS_HANG", "1", 1);
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(2000);
+    void *stream = fakedev_stream_create();
+    size_t count = 600001;
+    float *d = fakedev_malloc(count * sizeof(float));
+    double t0 = td_now_s();
+    rcc_result_t res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
+    if (res != RCC_SUCCESS)
+        MP_FAIL("rank %d: the call: %s: %s", rank, rcc_result_name(res), rcc_last_error(comm));
+    rcc_result_t async = await_async_error(comm, t0, 30);
+    const char *text = rcc_last_error(comm);
+    printf("rank %d: %.2f s: %s: %s\n", rank, td_now_s() - t0, rcc_result_name(async), text);
+    if (async != RCC_ERR_TIMEOUT || !strstr(text, "did not finish"))
+        MP_FAIL("rank %d: expected the GPU's timeout, got %s: %s", rank, rcc_result_name(async),
+                text);
+    /* The GPU recovers: what was kept from it (pinned memory behind an
+     * event) goes with the communicator. */
+    unsetenv("FAKEDEV_EVENTS_HANG");
+    fakedev_free(d);
+    fakedev_stream_destroy(stream);
+    rcc_comm_abort(comm);
+    return 0;
+}
+
+START_TEST(hung_gpu_times_out)
+{
+    ck_assert_int_eq(mp_run(2, rank_gpu_hangs, NULL, 120), 0);
+}
+END_TEST
+
 /* ---- device buffers on one rank, host buffers on the other ------------------------ */
 
 /* Device buffers go in larger chunks than host ones (RCC_DEVICE_CHUNK_BYTES)
@@ -515,6 +611,8 @@ static Suite *stream_suite(void)
     tcase_add_loop_test(tc, failure_releases_the_stream, 2, 5);
     tcase_add_loop_test(tc, failure_releases_the_stream_chunked, 2, 4);
     tcase_add_loop_test(tc, failure_releases_the_stream_device_ring, 2, 4);
+    tcase_add_loop_test(tc, half_queued_device_ring_fails_the_communicator, 2, 4);
+    tcase_add_test(tc, hung_gpu_times_out);
     tcase_add_test(tc, device_and_host_buffers_across_ranks);
     tcase_add_test(tc, tickets_wrap);
     suite_add_tcase(s, tc);
