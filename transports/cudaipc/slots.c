@@ -45,8 +45,8 @@ rcc_result_t rcci_cipc_check(const rcci_cipc_hdr_t *hdr, const rcci_tag_t *expec
 {
     if (hdr->flags & RCCI_CIPC_QUEUED)
         return cipc_mismatch(peer,
-                             "a message queued on its stream (a collective on device buffers "
-                             "over the device ring)",
+                             "a message queued at its call, which has no header (an operation "
+                             "of another kind)",
                              self, expect, describe);
     rcci_wire_frame_t f = {.length = hdr->bytes};
     f.tag.seq = hdr->seq;
@@ -75,8 +75,7 @@ rcc_result_t rcci_cipc_check_queued(uint32_t found, const rcci_tag_t *expect, ui
         return RCC_SUCCESS;
     char what[160];
     snprintf(what, sizeof what,
-             "message %u of another operation or length (the ranks called different "
-             "collectives; %llu bytes expected)",
+             "message %u of another operation or length (%llu bytes expected)",
              ticket, (unsigned long long)bytes);
     return cipc_mismatch(peer, what, self, expect, describe);
 }
