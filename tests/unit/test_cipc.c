@@ -71,10 +71,12 @@ START_TEST(headers_are_checked)
 END_TEST
 
 /* Queued messages carry one word each (the ticket's low byte, a hash of
- * signature and length): a word of another operation or length is a
- * mismatch naming the sender; a later fragment's word (the receiver looked
- * too late) checks nothing; a header marked queued fails a receive that is
- * not queued, as a mismatch. */
+ * signature and length): a word of another operation or length, or of
+ * another ticket, is a mismatch naming the sender; whether the entry can
+ * still hold the ticket's word depends on the receiver's tail (the sender
+ * reuses it for ticket + RCCI_CIPC_CHECKS once that fragment's slot is
+ * free); a header marked queued fails a receive that is not queued, as a
+ * mismatch. */
 START_TEST(queued_words_are_checked)
 {
     rcci_tag_t want = {.seq = 0}, other = {.seq = 0};
@@ -97,10 +99,16 @@ START_TEST(queued_words_are_checked)
         ck_assert(strstr(rcci_tls_error(), "rank 1") != NULL);
         ck_assert_int_eq(rcci_cipc_check_queued(wrong_op, &want, 4096, t, "rank 1", "rank 0", NULL),
                          RCC_ERR_MISMATCH);
-        /* Overwritten by fragment t + RCCI_CIPC_CHECKS: nothing to say. */
-        uint32_t later = rcci_cipc_check_word(&other, 8, t + RCCI_CIPC_CHECKS);
+        uint32_t later = rcci_cipc_check_word(&want, 4096, t + RCCI_CIPC_CHECKS);
         ck_assert_int_eq(rcci_cipc_check_queued(later, &want, 4096, t, "rank 1", "rank 0", NULL),
-                         RCC_SUCCESS);
+                         RCC_ERR_MISMATCH);
+        /* Kept while the tail has not freed fragment t + CHECKS's slot. */
+        uint32_t last = t + RCCI_CIPC_CHECKS - RCCI_CIPC_SLOTS; /* its slot's previous fragment */
+        ck_assert(rcci_cipc_check_kept(t, t));
+        ck_assert(rcci_cipc_check_kept(t + 1, t));
+        ck_assert(rcci_cipc_check_kept(last, t));      /* `last` not released yet */
+        ck_assert(!rcci_cipc_check_kept(last + 1, t)); /* released: t + CHECKS may be written */
+        ck_assert(!rcci_cipc_check_kept(t + 1000, t));
     }
     rcci_cipc_hdr_t h = {.seq = 7, .frag = 0, .bytes = 4096, .flags = RCCI_CIPC_QUEUED};
     memcpy(h.sig, want.sig, sizeof h.sig);

@@ -934,6 +934,9 @@ static rcc_result_t cipc_queue_test(rcci_conn_t *c, int send, uint32_t ticket, s
         if (send)
             return RCC_SUCCESS;
         uint32_t word = __atomic_load_n(&page->check[ticket % RCCI_CIPC_CHECKS], __ATOMIC_ACQUIRE);
+        /* The tail after the word: whether the word can still be this ticket's. */
+        if (!rcci_cipc_check_kept(__atomic_load_n(&page->tail, __ATOMIC_ACQUIRE), ticket))
+            return RCC_SUCCESS; /* looked too late: nothing to check */
         rcc_result_t res = rcci_cipc_check_queued(word, tag, bytes, ticket, c->peer, c->self,
                                                   c->ctx->env.describe_sig);
         return res == RCC_SUCCESS ? RCC_SUCCESS : cipc_fail(c, res);

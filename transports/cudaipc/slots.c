@@ -66,16 +66,21 @@ uint32_t rcci_cipc_check_word(const rcci_tag_t *tag, uint64_t bytes, uint32_t ti
     return (ticket & 0xffu) << 24 | (uint32_t)(h & 0xffffffu);
 }
 
+int rcci_cipc_check_kept(uint32_t tail, uint32_t ticket)
+{
+    /* Fragment ticket + CHECKS may be written once tail has passed
+     * ticket + CHECKS - SLOTS (its slot's previous fragment). */
+    return !rcci_cipc_passed(tail, ticket + RCCI_CIPC_CHECKS - RCCI_CIPC_SLOTS);
+}
+
 rcc_result_t rcci_cipc_check_queued(uint32_t found, const rcci_tag_t *expect, uint64_t bytes,
                                     uint32_t ticket, const char *peer, const char *self,
                                     rcci_sig_describe_fn describe)
 {
-    uint32_t want_word = rcci_cipc_check_word(expect, bytes, ticket);
-    if (found == want_word || found >> 24 != want_word >> 24)
+    if (found == rcci_cipc_check_word(expect, bytes, ticket))
         return RCC_SUCCESS;
     char what[160];
-    snprintf(what, sizeof what,
-             "message %u of another operation or length (%llu bytes expected)",
+    snprintf(what, sizeof what, "message %u of another operation or length (%llu bytes expected)",
              ticket, (unsigned long long)bytes);
     return cipc_mismatch(peer, what, self, expect, describe);
 }

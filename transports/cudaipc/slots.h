@@ -99,9 +99,13 @@ rcc_result_t rcci_cipc_check(const rcci_cipc_hdr_t *hdr, const rcci_tag_t *expec
  * the signature and the length (the engine does not know the sequence
  * number at the call). rcci_cipc_check_queued compares the word found at
  * check[ticket % RCCI_CIPC_CHECKS] with the one expected: RCC_ERR_MISMATCH
- * naming `peer`; a word of another ticket (a later fragment's, the
- * receiver looked too late) checks nothing and passes. */
+ * naming `peer`. The sender overwrites that entry for fragment ticket +
+ * RCCI_CIPC_CHECKS once its slot is free, so the word read is the
+ * ticket's only if the receiver's tail, read after it, had not reached
+ * that point (rcci_cipc_check_kept); otherwise the receiver looked too
+ * late, and there is nothing to check. */
 uint32_t rcci_cipc_check_word(const rcci_tag_t *tag, uint64_t bytes, uint32_t ticket);
+int rcci_cipc_check_kept(uint32_t tail, uint32_t ticket);
 rcc_result_t rcci_cipc_check_queued(uint32_t found, const rcci_tag_t *expect, uint64_t bytes,
                                     uint32_t ticket, const char *peer, const char *self,
                                     rcci_sig_describe_fn describe);
