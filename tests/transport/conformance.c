@@ -57,7 +57,7 @@ typedef struct {
     uint32_t ready;
     uint8_t handle[RCCI_HANDLE_BYTES];
     pid_t pid;             /* connect_start_to_stopped_peer: rank 0's */
-    uint32_t queued_phase; /* queued_messages: how far rank 1 has got */
+    uint32_t queued_phase; /* queued_messages: 1 rank 0 has checked, 2 rank 1 has queued */
 } conf_shared_t;
 
 static conf_shared_t *conf_shared(void)
@@ -1021,6 +1021,7 @@ static int queued_rank(int rank, int nranks, void *arg)
         free(want);
     }
     /* A message of another operation: rank 0's test names the mismatch. */
+    deadline = rcci_now_ns() + CONF_WAIT_NS;
     tag = conf_tag(0);
     tag.sig[0] = rank == 1 ? 0xaa : 0xbb;
     res = rank == 1 ? tr->queue_send(e.conn, d.stream, 64, &at)
@@ -1036,16 +1037,22 @@ static int queued_rank(int rank, int nranks, void *arg)
     if (conf_dev_sync(&d))
         return 1;
     /* Waits that never pass: rank 1 fills rank 0's slots and queues past
-     * them (nothing frees them), rank 0 waits for a message never sent. */
+     * them (nothing frees them), rank 0 waits for a message never sent.
+     * Not before rank 0 has checked the mismatch: rank 1's abort makes the
+     * check words unreadable (rcci_cipc_check_kept). */
+    deadline = rcci_now_ns() + CONF_WAIT_NS;
     if (rank == 1) {
+        while (__atomic_load_n(&sh->queued_phase, __ATOMIC_ACQUIRE) < 1 && rcci_now_ns() < deadline)
+            usleep(1000);
         for (int i = 0; i < 2 * 8 + 1 && res == RCC_SUCCESS; i++) {
             res = tr->queue_send(e.conn, d.stream, 8, &at);
             if (res == RCC_SUCCESS)
                 res = tr->queue_commit(e.conn, d.stream, 8, &tag, &ticket);
         }
-        __atomic_store_n(&sh->queued_phase, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&sh->queued_phase, 2, __ATOMIC_RELEASE);
     } else {
-        while (__atomic_load_n(&sh->queued_phase, __ATOMIC_ACQUIRE) < 1 && rcci_now_ns() < deadline)
+        __atomic_store_n(&sh->queued_phase, 1, __ATOMIC_RELEASE);
+        while (__atomic_load_n(&sh->queued_phase, __ATOMIC_ACQUIRE) < 2 && rcci_now_ns() < deadline)
             usleep(1000);
         res = tr->queue_recv(e.conn, d.stream, 8, &view, &ticket); /* lands: it was sent */
         for (int i = 0; i < 3 * 8 && res == RCC_SUCCESS; i++)      /* past all that was */
@@ -1066,7 +1073,6 @@ static int queued_rank(int rank, int nranks, void *arg)
     if (!stuck || !done)
         MP_FAIL("rank %d: the stream %s", rank,
                 stuck ? "never got past its waits after queue_abort" : "waited for nothing");
-    __atomic_store_n(&sh->queued_phase, 2 + (uint32_t)rank, __ATOMIC_RELEASE);
     d.dev->host_free(host);
     conf_dev_close(&d);
     conf_close(&e);
