@@ -326,8 +326,10 @@ typedef struct rcci_transport {
     rcc_result_t (*queue_commit)(rcci_conn_t *conn, void *stream, size_t bytes,
                                  const rcci_tag_t *tag, uint32_t *ticket);
     /* Never blocks: whether queued message `ticket` has gone (send) or has
-     * landed (receive: then checked against `bytes` and `tag` as irecv
-     * checks, RCC_ERR_MISMATCH/REMOTE). While it has not, the peer is
+     * landed (receive: then checked against `bytes` and `tag`,
+     * RCC_ERR_MISMATCH, where what the sender said about it can still be
+     * read: a receiver that looks long after its GPU has read the message
+     * may find it gone, and checks nothing). While it has not, the peer is
      * looked at now and then (a dead one: RCC_ERR_PEER_LOST). */
     rcc_result_t (*queue_test)(rcci_conn_t *conn, int send, uint32_t ticket, size_t bytes,
                                const rcci_tag_t *tag, int *done);

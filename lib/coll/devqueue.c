@@ -195,13 +195,13 @@ static rcc_result_t q_land(struct rcc_comm *comm, rcci_devq_t *q, void *stream, 
     if (*next < q->sched.nsend) {
         rcci_send_step_t ss;
         rcci_schedule_send(&q->sched, *next, &ss);
-        if (ss.dep == (long)r && ss.src == (rs.local ? rs.out : rs.dst) && ss.count == rs.count &&
-            q->sq) {
+        int forwards =
+            ss.dep == (long)r && ss.src == (rs.local ? rs.out : rs.dst) && ss.count == rs.count;
+        if (forwards && q->sq) { /* straight into the next rank's slot */
             void *slot = NULL;
             res = q->sl->tr->queue_send(q->sl->conns[0], stream, bytes, &slot);
             fwd = slot;
-        } else if (ss.dep == (long)r && ss.src == (rs.local ? rs.out : rs.dst) &&
-                   ss.count == rs.count) {
+        } else if (forwards) {
             q_route(comm, q, *next, &ss);
             if (q_from_slot(q, *next)) {
                 fwd = q_send_slot(q, *next);

@@ -856,11 +856,12 @@ static rcc_result_t cipc_queued_fits(const rcci_conn_t *c, int send, size_t byte
 static rcc_result_t cipc_queue_recv(rcci_conn_t *c, void *stream, size_t bytes, const void **data,
                                     uint32_t *ticket)
 {
-    if (cipc_queued_fits(c, 0, bytes) != RCC_SUCCESS)
-        return RCC_ERR_INVALID_ARGUMENT;
+    rcc_result_t res = cipc_queued_fits(c, 0, bytes);
+    if (res != RCC_SUCCESS)
+        return res;
     cipc_queued_on(c);
     uint32_t f = c->q_rx;
-    rcc_result_t res = c->ctx->dev->wait_flag(stream, &c->rx_page->head, f + 1);
+    res = c->ctx->dev->wait_flag(stream, &c->rx_page->head, f + 1);
     if (res != RCC_SUCCESS)
         return res;
     *data = c->rx_slots + (size_t)(f % RCCI_CIPC_SLOTS) * c->rx_slot_bytes;
@@ -887,12 +888,13 @@ static rcc_result_t cipc_queue_send(rcci_conn_t *c, void *stream, size_t bytes, 
                           c->peer);
     if (c->q_reserved)
         return rcci_error(RCC_ERR_INTERNAL, "cudaipc: a second queue_send before queue_commit");
-    if (cipc_queued_fits(c, 1, bytes) != RCC_SUCCESS)
-        return RCC_ERR_INVALID_ARGUMENT;
+    rcc_result_t res = cipc_queued_fits(c, 1, bytes);
+    if (res != RCC_SUCCESS)
+        return res;
     cipc_queued_on(c);
     uint32_t f = c->q_tx;
     /* Its slot is free once the receiver has released fragment f - SLOTS. */
-    rcc_result_t res = c->ctx->dev->wait_flag(stream, &c->tx_page->tail, f - RCCI_CIPC_SLOTS + 1);
+    res = c->ctx->dev->wait_flag(stream, &c->tx_page->tail, f - RCCI_CIPC_SLOTS + 1);
     if (res != RCC_SUCCESS)
         return res;
     *data = c->tx_slots + (size_t)(f % RCCI_CIPC_SLOTS) * c->tx_slot_bytes;
