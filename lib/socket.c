@@ -313,12 +313,13 @@ rcc_result_t rcci_sock_connect(const rcci_addr_t *addr, int64_t deadline_ns, int
         close(fd);
         int retryable = retry_refused && (err == ECONNREFUSED || err == ETIMEDOUT ||
                                           err == EHOSTUNREACH || err == ENETUNREACH);
-        if (!retryable) /* refused where a listener was known to be: the peer is gone */
-            return rcci_error_errno(err == ECONNREFUSED ? RCC_ERR_PEER_LOST : RCC_ERR_SYSTEM, err,
+        /* Refused where a listener was known to be, or reset by one that
+         * closed with the connection in its backlog: the peer is gone. */
+        int gone = err == ECONNREFUSED || err == ECONNRESET;
+        if (!retryable)
+            return rcci_error_errno(gone ? RCC_ERR_PEER_LOST : RCC_ERR_SYSTEM, err,
                                     "cannot connect to %s%s", text,
-                                    err == ECONNREFUSED ? " (it no longer listens: the rank "
-                                                          "left or died)"
-                                                        : "");
+                                    gone ? " (it no longer listens: the rank left or died)" : "");
         if (rcci_now_ns() + backoff_ms * 1000000 >= deadline_ns)
             return rcci_error_errno(RCC_ERR_TIMEOUT, err, "gave up connecting to %s", text);
         struct timespec ts = {0, (long)backoff_ms * 1000000};
