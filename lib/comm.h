@@ -176,7 +176,7 @@ struct rcc_comm {
     uint64_t zero_copy_sends;
     uint64_t gdr_sends; /* of which chunks of device memory (GPUDirect RDMA, coll/pipeline.c) */
     rcci_p2p_links_t p2p;
-    int poll_ms;           /* set by an executor waiting on something epoll cannot see */
+    int poll_us;           /* the longest sleep, while an executor waits on what epoll cannot see */
     int spin_score;        /* progress.c: how often polling before sleeping was in vain */
     int64_t watch_next_ns; /* watch.c: when to look for stray messages next */
     uint8_t (*heard)[RCCI_SIG_BYTES]; /* watch.c: per peer, the last operation it announced */
@@ -545,5 +545,17 @@ void rcci_stream_waiting_for(struct rcc_comm *comm, rcci_exec_t *exec, char *buf
 
 /* Adds a connection's descriptor to the progress thread's epoll set. */
 rcc_result_t rcci_progress_watch(struct rcc_comm *comm, int fd);
+
+/* How often the progress thread looks at what epoll cannot see (counters
+ * a GPU stores): flags the host must act on as soon as they change (a
+ * chunk the GPU staged, a slot it freed), and those it only watches. An
+ * executor calls rcci_poll_within each pass it waits; the shortest wins. */
+#define RCCI_POLL_GPU_ACT_US 100
+#define RCCI_POLL_WATCH_US 1000
+static inline void rcci_poll_within(struct rcc_comm *comm, int us)
+{
+    if (comm->poll_us == 0 || us < comm->poll_us)
+        comm->poll_us = us;
+}
 
 #endif /* RINGCC_COMM_H */

@@ -100,6 +100,12 @@ typedef struct rcci_devapi {
      * multiples of the host page size. RCC_ERR_UNSUPPORTED with the reason
      * where the device, its driver or the allocation cannot. */
     rcc_result_t (*dmabuf_export)(const void *p, size_t bytes, int *fd, uint64_t *offset);
+    /* Blocks until the RDMA writes into this device's memory whose
+     * completions have been seen are visible to work the GPU runs later
+     * (they may still be in flight inside the GPU when the adapter reports
+     * them); called before telling the GPU that such data has landed.
+     * NULL: nothing to do (the stand-in GPU). */
+    rcc_result_t (*flush_remote_writes)(void);
 } rcci_devapi_t;
 
 /* Size of an ipc_alloc handle (CUDA's cudaIpcMemHandle_t is 64 bytes). */

@@ -1,19 +1,25 @@
 /*
  * Transport choice per ring edge, and the device ring: a second pair of
- * ring connections, over a transport that moves device memory itself
- * (RCCI_CAP_DEVICE_MEM: cudaipc), for the collectives whose buffers are all
- * device memory (stream.c, coll/pipeline.c). Host buffers keep the host
- * ring (comm->send_link/recv_link), so a job mixing both kinds of buffer
- * uses each transport for what it is good at.
+ * ring connections, over a transport that moves device memory itself, for
+ * the collectives whose buffers are all device memory (stream.c,
+ * coll/pipeline.c): cudaipc between GPUs of one host
+ * (RCCI_CAP_DEVICE_MEM), and, with the device ring queued at the call
+ * (RCC_DEVICE_PIPELINE 2 or 3), ibverbs by GPUDirect RDMA between hosts
+ * (RCCI_CAP_QUEUED_DEVICE). Host buffers keep the host ring
+ * (comm->send_link/recv_link), so a job mixing both kinds of buffer uses
+ * each transport for what it is good at.
  *
  * Made at init, not on the first device operation: connecting needs every
  * rank of the edge at once, and at init they are (lazily, a rank that
  * reached its first device collective would wait for a neighbour still in
  * host work). It costs a CUDA context and 2 x 8 x RCC_CUDAIPC_SLOT_BYTES
- * (8 MiB) of device memory per edge, only on ranks that have a GPU and a
- * same-host neighbour with one, and RCC_TRANSPORT=tcp (or ibverbs) turns it off. Where a rank
- * cannot map its neighbour's memory, found out before any connection,
- * every rank goes without it (devring_probe).
+ * (or RCC_IB_GDR_SLOT_BYTES; 8 MiB) of device memory per edge, only on
+ * ranks that have a GPU and a neighbour with one that such a transport
+ * reaches; RCC_TRANSPORT=tcp turns it off. Where a rank cannot map its
+ * same-host neighbour's memory, found out before any connection, every rank
+ * goes without it; an edge to another host whose ends cannot both register
+ * device memory for GPUDirect RDMA is staged through host memory
+ * (devring_probe).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +43,16 @@ static int devring_is_device(const rcci_transport_t *tr)
     return (tr->caps & RCCI_CAP_DEVICE_MEM) != 0;
 }
 
+/* Whether `tr` can be an edge of this communicator's device ring: a
+ * device transport, or one whose queued calls move device memory while
+ * the device ring is queued at the call (coll/pipeline.c's driven by the
+ * progress thread uses the in-place calls, which only cudaipc has). */
+static int devring_can_carry(const struct rcc_comm *comm, const rcci_transport_t *tr)
+{
+    return devring_is_device(tr) ||
+           ((tr->caps & RCCI_CAP_QUEUED_DEVICE) && comm->dev_pipeline == RCCI_DEVPIPE_RING);
+}
+
 rcc_result_t rcci_pick_transport(struct rcc_comm *comm, const rcci_peer_info_t *info,
                                  const uint32_t *transports, int peer, int device, int *index,
                                  char *why, size_t why_size)
@@ -48,8 +64,13 @@ rcc_result_t rcci_pick_transport(struct rcc_comm *comm, const rcci_peer_info_t *
     for (int i = 0; rcci_transports[i]; i++) {
         const rcci_transport_t *tr = rcci_transports[i];
         int priority;
-        if (!(common & (1u << i)) || (device && !devring_is_device(tr)))
+        if (!(common & (1u << i)) || (device && !devring_can_carry(comm, tr)))
             continue;
+        if (device && !devring_is_device(tr) && (me->cuda_device < 0 || them->cuda_device < 0)) {
+            snprintf(refused, sizeof refused, "; %s: rank %d has no GPU", tr->name,
+                     me->cuda_device < 0 ? me->rank : them->rank);
+            continue;
+        }
         /* Host buffers go to a device transport only when RCC_TRANSPORT says so. */
         if (!device && devring_is_device(tr) && !*only)
             continue;
@@ -60,8 +81,14 @@ rcc_result_t rcci_pick_transport(struct rcc_comm *comm, const rcci_peer_info_t *
         *index = i;
         if (*only)
             snprintf(why, why_size, "forced by RCC_TRANSPORT=%s", only);
-        else if (device)
+        else if (device && devring_is_device(tr))
             snprintf(why, why_size, "same host, GPUs %d and %d: device memory moves GPU to GPU",
+                     me->cuda_device, them->cuda_device);
+        else if (device)
+            snprintf(why, why_size,
+                     "%s, GPUs %d and %d: device memory moves GPU to GPU by GPUDirect RDMA, its "
+                     "GPU work queued at the call",
+                     me->host_hash == them->host_hash ? "same host" : "another host",
                      me->cuda_device, them->cuda_device);
         else
             snprintf(why, why_size, "%s, %s; the first built on both that connects them",
@@ -146,31 +173,41 @@ static rcc_result_t devring_chunk_fits(struct rcc_comm *comm)
     for (int i = 0; i < 2; i++) {
         if (links[i]->nconns == 0)
             continue;
-        size_t fits = links[i]->tr->inplace_bytes(links[i]->conns[0], i == 0);
+        const rcci_transport_t *tr = links[i]->tr;
+        size_t fits = tr->queue_bytes(links[i]->conns[0], i == 0);
         if (comm->dev_chunk_bytes > fits)
             return rcci_error(RCC_ERR_INVALID_ARGUMENT,
                               "RCC_DEVICE_CHUNK_BYTES (%zu) exceeds the device ring's slot %s rank "
-                              "%d (%zu bytes: RCC_CUDAIPC_SLOT_BYTES, or 0 with "
-                              "RCC_CUDAIPC_INPLACE=0); a chunk must fit one slot",
+                              "%d over %s (%zu bytes: %s); a chunk must fit one slot",
                               (size_t)comm->dev_chunk_bytes, i == 0 ? "to" : "from", links[i]->peer,
-                              fits);
+                              tr->name, fits,
+                              devring_is_device(tr)
+                                  ? "RCC_CUDAIPC_SLOT_BYTES, or 0 with RCC_CUDAIPC_INPLACE=0"
+                                  : "RCC_IB_GDR_SLOT_BYTES");
     }
     return RCC_SUCCESS;
 }
 
 /* Before any connection, every rank of a device edge tries what the
- * transport will need: the receiver exports a small block of device memory
- * and one of device-mapped host memory, the sender maps and unmaps both.
- * That is what fails where GPUs cannot reach each other's memory (no peer
- * access) or processes cannot open each other's (no shared IPC namespace,
- * /proc closed). Every rank's answer goes round through the bootstrap, so
- * all ranks agree: where any edge cannot be made, no rank makes the device
+ * transport will need. Same host (cudaipc): the receiver exports a small
+ * block of device memory and one of device-mapped host memory, the sender
+ * maps and unmaps both; that is what fails where GPUs cannot reach each
+ * other's memory (no peer access) or processes cannot open each other's
+ * (no shared IPC namespace, /proc closed). Other hosts (ibverbs): both ends
+ * register a block of device memory with the adapter, which fails where
+ * the stack has no GPUDirect RDMA (no dma-buf support, no nvidia-peermem).
+ * Every rank's answer goes round through the bootstrap, so all ranks
+ * agree: where a same-host edge cannot be made, no rank makes the device
  * ring (*made = 0, `why` says which rank could not and why), and device
- * buffers are staged through host memory as without one. */
+ * buffers are staged through host memory as without one; an edge to
+ * another host whose ends cannot both register is staged alone
+ * (devring_gdr_ok, from *answers, which the caller frees). */
 #define DEVRING_PROBE_BYTES 4096
+#define DEVRING_GDR_PROBE_BYTES 65536
 
 typedef struct {
-    uint32_t failed;
+    uint32_t failed; /* cannot map a same-host neighbour's memory */
+    uint32_t no_gdr; /* cannot register device memory for GPUDirect RDMA */
     char why[156];
 } devring_probe_t;
 
@@ -182,8 +219,29 @@ static int devring_handle_empty(const char *h)
     return 1;
 }
 
+/* Whether this rank can register device memory with transport `tr`. */
+static int devring_gdr_probe(struct rcc_comm *comm, int tr, char *why, size_t size)
+{
+    const rcci_devapi_t *dev = rcci_devapi();
+    char handle[RCCI_IPC_HANDLE_BYTES];
+    void *p = NULL;
+    rcci_mr_t *mr = NULL;
+    int ok = dev && dev->ipc_alloc &&
+             dev->ipc_alloc(&p, DEVRING_GDR_PROBE_BYTES, 0, handle) == RCC_SUCCESS &&
+             rcci_transports[tr]->reg_mem(comm->tctx[tr], p, DEVRING_GDR_PROBE_BYTES, RCCI_MEM_CUDA,
+                                          &mr) == RCC_SUCCESS;
+    if (!ok)
+        snprintf(why, size, "rank %d cannot register device memory with %s: %s", comm->rank,
+                 rcci_transports[tr]->name, dev ? rcci_tls_error() : "no GPU API");
+    if (mr)
+        rcci_transports[tr]->dereg_mem(comm->tctx[tr], mr);
+    if (p)
+        dev->ipc_free(p);
+    return ok;
+}
+
 static rcc_result_t devring_probe(struct rcc_comm *comm, int send_tr, int recv_tr, int *made,
-                                  char *why, size_t why_size)
+                                  char *why, size_t why_size, devring_probe_t **answers_out)
 {
     const rcci_devapi_t *dev = rcci_devapi();
     int n = comm->nranks, next = (comm->rank + 1) % n;
@@ -193,9 +251,12 @@ static rcc_result_t devring_probe(struct rcc_comm *comm, int send_tr, int recv_t
     void *mine[2] = {NULL, NULL};
     devring_probe_t me = {0};
     rcc_result_t res = RCC_SUCCESS;
+    int ipc_send = send_tr >= 0 && devring_is_device(rcci_transports[send_tr]);
+    int ipc_recv = recv_tr >= 0 && devring_is_device(rcci_transports[recv_tr]);
+    *answers_out = NULL;
     if (!handles || !answers)
         RCC_FAIL(RCC_ERR_NO_MEMORY, "device ring probe of %d ranks", n);
-    for (int k = 0; k < 2 && recv_tr >= 0 && !me.failed; k++) {
+    for (int k = 0; k < 2 && ipc_recv && !me.failed; k++) {
         char *h = handles + (size_t)comm->rank * block + (size_t)k * RCCI_IPC_HANDLE_BYTES;
         if (!dev || !dev->ipc_alloc ||
             dev->ipc_alloc(&mine[k], DEVRING_PROBE_BYTES, k, h) != RCC_SUCCESS) {
@@ -205,7 +266,7 @@ static rcc_result_t devring_probe(struct rcc_comm *comm, int send_tr, int recv_t
         }
     }
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, handles, block));
-    for (int k = 0; k < 2 && send_tr >= 0 && !me.failed; k++) {
+    for (int k = 0; k < 2 && ipc_send && !me.failed; k++) {
         const char *h = handles + (size_t)next * block + (size_t)k * RCCI_IPC_HANDLE_BYTES;
         void *p = NULL;
         if (devring_handle_empty(h))
@@ -219,16 +280,23 @@ static rcc_result_t devring_probe(struct rcc_comm *comm, int send_tr, int recv_t
             dev->ipc_close(p);
         }
     }
+    for (int k = 0; k < 2 && !me.failed && !me.no_gdr; k++) {
+        int tr = k ? recv_tr : send_tr;
+        if (tr >= 0 && !devring_is_device(rcci_transports[tr]))
+            me.no_gdr = !devring_gdr_probe(comm, tr, me.why, sizeof me.why);
+    }
     answers[comm->rank] = me;
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, answers, sizeof *answers));
     *made = 1;
-    for (int r = 0; r < n && *made; r++) {
-        if (answers[r].failed) {
+    for (int r = 0; r < n; r++) {
+        answers[r].why[sizeof answers[r].why - 1] = '\0';
+        if (answers[r].failed && *made) {
             *made = 0;
-            answers[r].why[sizeof answers[r].why - 1] = '\0';
             snprintf(why, why_size, "%s", answers[r].why);
         }
     }
+    *answers_out = answers;
+    answers = NULL;
 out:
     for (int k = 0; k < 2; k++) /* after the second round: the sender has unmapped it */
         if (mine[k])
@@ -236,6 +304,24 @@ out:
     free(handles);
     free(answers);
     return res;
+}
+
+/* Whether edge r -> r + 1, over transport `tr`, survives the probe: a
+ * same-host edge does (or no edge does), one over GPUDirect RDMA where
+ * both its ends could register; else `why` says which could not. */
+static int devring_gdr_ok(const struct rcc_comm *comm, const devring_probe_t *answers, int r,
+                          int tr, char *why, size_t size)
+{
+    if (devring_is_device(rcci_transports[tr]))
+        return 1;
+    for (int k = 0; k < 2; k++) {
+        const devring_probe_t *a = &answers[(r + k) % comm->nranks];
+        if (a->no_gdr) {
+            snprintf(why, size, "%s", a->why);
+            return 0;
+        }
+    }
+    return 1;
 }
 
 rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t *info,
@@ -255,11 +341,8 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
                      : "staged through pinned slots, their GPU work queued at the call");
         return RCC_SUCCESS;
     }
-    for (int r = 0; r < n; r++) {
-        int edge = devring_edge(comm, info, transports, r, &idx, why, sizeof why);
-        any |= edge;
-        all &= edge;
-    }
+    for (int r = 0; r < n; r++)
+        any |= devring_edge(comm, info, transports, r, &idx, why, sizeof why);
     if (!any) { /* no rank makes one: no extra round through the bootstrap */
         devring_edge(comm, info, transports, comm->rank, &idx, send_why, sizeof send_why);
         RCC_INFO("device ring: none (%s); device buffers are staged through host memory", send_why);
@@ -270,13 +353,35 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
     if (!devring_edge(comm, info, transports, prev, &recv_tr, recv_why, sizeof recv_why))
         recv_tr = -1;
     int made = 0;
-    res = devring_probe(comm, send_tr, recv_tr, &made, why, sizeof why);
+    devring_probe_t *answers = NULL;
+    res = devring_probe(comm, send_tr, recv_tr, &made, why, sizeof why, &answers);
     if (res != RCC_SUCCESS)
         return res;
     if (!made) {
         RCC_WARN("device ring: not made, %s; device buffers are staged through host memory on "
                  "every rank",
                  why);
+        free(answers);
+        return RCC_SUCCESS;
+    }
+    /* Edges over GPUDirect RDMA that cannot be registered at both ends go
+     * staged; the answers are every rank's, so every rank agrees. */
+    any = 0;
+    for (int r = 0; r < n; r++) {
+        int edge = devring_edge(comm, info, transports, r, &idx, why, sizeof why) &&
+                   devring_gdr_ok(comm, answers, r, idx, why, sizeof why);
+        any |= edge;
+        all &= edge;
+    }
+    if (send_tr >= 0 &&
+        !devring_gdr_ok(comm, answers, comm->rank, send_tr, send_why, sizeof send_why))
+        send_tr = -1;
+    if (recv_tr >= 0 && !devring_gdr_ok(comm, answers, prev, recv_tr, recv_why, sizeof recv_why))
+        recv_tr = -1;
+    free(answers);
+    if (!any) {
+        RCC_INFO("device ring: none (%s); device buffers are staged through host memory",
+                 send_tr < 0 && send_why[0] ? send_why : why);
         return RCC_SUCCESS;
     }
     rcci_listener_t *listener = NULL;

@@ -34,15 +34,16 @@
     X(DEVICE_CHUNK_BYTES, INT, "8M", 4096, 1073741824,                                             \
       "largest chunk of collectives on device buffers (at least 2 per segment where every ring "   \
       "edge moves GPU to GPU, else 8); chunks that fit a cudaipc slot are reduced where they "     \
-      "land (queued on the device ring, each must: at most RCC_CUDAIPC_SLOT_BYTES); must be the "  \
-      "same on every rank")                                                                        \
+      "land (queued on the device ring, each must: at most RCC_CUDAIPC_SLOT_BYTES, or "          \
+      "RCC_IB_GDR_SLOT_BYTES over ibverbs); must be the same on every rank")                       \
     X(DEVICE_PIPELINE, INT, "3", 0, 4,                                                             \
       "stream collectives on device buffers: 0 stages every one whole on the caller's stream; 1 "  \
       "runs ring and chain collectives chunk by chunk through pinned slots, all GPU work queued "  \
-      "at the call; 2 as 1, but GPU to GPU over the device ring (cudaipc) where there is one; 3 "  \
-      "(auto): 2; 4 as 2, but the device ring's GPU work queued by the progress thread as chunks " \
-      "arrive (the earlier design, for comparison: it can deadlock where streams share hardware "  \
-      "queues); must be the same on every rank")                                                   \
+      "at the call; 2 as 1, but GPU to GPU over the device ring (cudaipc on one host, ibverbs "    \
+      "with GPUDirect RDMA across hosts) where there is one; 3 (auto): 2; 4 as 2, but the device " \
+      "ring's GPU work queued by the progress thread as chunks arrive (the earlier design, for "   \
+      "comparison: it can deadlock where streams share hardware queues; cudaipc only); must be "   \
+      "the same on every rank")                                                                    \
     X(CUDAIPC_INPLACE, INT, "1", 0, 1,                                                             \
       "cudaipc transport: 1 lets the engine reduce chunks in the receive slot they landed in and " \
       "write results into the next rank's slot; 0 copies every message in and out (for "           \
@@ -80,6 +81,10 @@
     X(IB_SLOTS, INT, "8", 1, 64, "verbs transport: receive slots per connection and direction")    \
     X(IB_SLOT_BYTES, INT, "512K", 4096, 16777216,                                                  \
       "verbs transport: bytes per receive slot (a message larger fills several)")                  \
+    X(IB_GDR_SLOT_BYTES, INT, "8M", 4096, 1073741824,                                              \
+      "verbs transport, device ring to other hosts (GPUDirect RDMA): bytes per slot of device "    \
+      "memory, RCC_IB_SLOTS of them per connection each way; a chunk (RCC_DEVICE_CHUNK_BYTES) "    \
+      "must fit one; must be the same on every rank")                                              \
     X(ALGO, STR, "auto", 0, 0,                                                                     \
       "allreduce algorithm: auto (rd up to RCC_SMALL_MAX_BYTES, rabenseifner up to "               \
       "RCC_MID_MAX_BYTES on 2^k ranks, else ring), ring, rabenseifner, twostep, rd or direct")     \

@@ -136,10 +136,21 @@ static void progress_break(struct rcc_comm *comm, rcc_result_t res)
     rcci_p2p_close(comm);
 }
 
-static void progress_sleep(struct rcc_comm *comm, int ms)
+/* Waits up to `us` for the epoll set: below a millisecond (epoll_wait's
+ * unit) by ppoll on the set itself, readable when an event is pending. */
+static int progress_epoll_wait(struct rcc_comm *comm, struct epoll_event *ev, int max, int us)
+{
+    if (us % 1000 == 0)
+        return epoll_wait(comm->epoll_fd, ev, max, us / 1000);
+    struct pollfd p = {.fd = comm->epoll_fd, .events = POLLIN};
+    struct timespec t = {us / 1000000, (long)(us % 1000000) * 1000};
+    return ppoll(&p, 1, &t, NULL) > 0 ? epoll_wait(comm->epoll_fd, ev, max, 0) : 0;
+}
+
+static void progress_sleep(struct rcc_comm *comm, int us)
 {
     struct epoll_event ev[16];
-    int n = epoll_wait(comm->epoll_fd, ev, 16, ms);
+    int n = progress_epoll_wait(comm, ev, 16, us);
     int lfd = rcci_p2p_listener_fd(comm);
     for (int i = 0; i < n; i++) {
         if (ev[i].data.fd == comm->wake_fd) {
@@ -435,7 +446,7 @@ static void *progress_main(void *arg)
             continue;
         }
         int any = 0;
-        comm->poll_ms = 0;
+        comm->poll_us = 0;
         for (int i = 0; i < nact; i++) {
             int progressed, done;
             rcc_result_t res = exec_advance(comm, act[i].op, act[i].exec, &progressed, &done);
@@ -474,7 +485,7 @@ static void *progress_main(void *arg)
         } else {
             int64_t slept = 0;
             RCCI_TL(comm, slept = rcci_tl_sleep(comm->tl));
-            progress_sleep(comm, comm->poll_ms > 0 ? comm->poll_ms : ACTIVE_WAIT_MS);
+            progress_sleep(comm, comm->poll_us > 0 ? comm->poll_us : ACTIVE_WAIT_MS * 1000);
             RCCI_TL(comm, rcci_tl_woke(comm->tl, slept));
             idle_since = rcci_now_ns();
         }
@@ -540,7 +551,7 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
             break;
         }
         int progressed, done;
-        comm->poll_ms = 0;
+        comm->poll_us = 0;
         res = exec_advance(comm, op, exec, &progressed, &done);
         if ((progressed || done) && budget >= 0) { /* a wait ended */
             spin_record(comm, budget > 0, !slept);
@@ -571,7 +582,8 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
         struct epoll_event ev[16];
         int64_t waited = 0;
         RCCI_TL(comm, waited = rcci_tl_sleep(comm->tl));
-        epoll_wait(comm->epoll_fd, ev, 16, comm->poll_ms > 0 ? comm->poll_ms : ACTIVE_WAIT_MS);
+        progress_epoll_wait(comm, ev, 16,
+                            comm->poll_us > 0 ? comm->poll_us : ACTIVE_WAIT_MS * 1000);
         RCCI_TL(comm, rcci_tl_woke(comm->tl, waited));
         idle_since = rcci_now_ns();
         slept = 1;

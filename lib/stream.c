@@ -869,7 +869,7 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
     switch (x->phase) {
     case PH_START:
         if (!marks_started(x->op)) {
-            comm->poll_ms = 1; /* the GPU stores the flag; epoll cannot see it */
+            rcci_poll_within(comm, RCCI_POLL_GPU_ACT_US); /* the GPU stores the flag */
             return RCC_SUCCESS;
         }
         if (comm->broken != RCC_SUCCESS)
@@ -925,7 +925,7 @@ rcc_result_t rcci_stream_exec_advance(struct rcc_comm *comm, rcci_exec_t *x, int
                               "operation's last work within %.0f s (is the device hung?)",
                               rcci_coll_name(x->op->coll), comm->timeout_ns / 1e9);
         if (res != RCC_SUCCESS || !ready) {
-            comm->poll_ms = 1;
+            rcci_poll_within(comm, RCCI_POLL_GPU_ACT_US); /* its `done` waits for this */
             return res;
         }
         x->phase = PH_DONE;

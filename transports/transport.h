@@ -33,9 +33,9 @@
  * notify, announce and sweep_listener appended. 4: the in-place calls
  * (inplace_bytes, irecv_inplace, release, reserve_send, commit_send)
  * appended. 5: listener_fd appended. 6: connect_start appended. 7: the
- * queued calls (queue_recv ... queue_abort) appended. Pre-release: no transport outside this tree
- * yet. */
-#define RCCI_TRANSPORT_ABI 7
+ * queued calls (queue_recv ... queue_abort) appended. 8: queue_bytes
+ * appended. Pre-release: no transport outside this tree yet. */
+#define RCCI_TRANSPORT_ABI 8
 
 /* Connection handles (listen addresses, memory keys) travel through the
  * bootstrap as opaque blobs of at most this size. */
@@ -52,6 +52,10 @@ enum {
      * (host, or device memory where reg_mem took it), with no copy into
      * the transport's buffers: worth registering long-lived buffers for. */
     RCCI_CAP_ZERO_COPY_SEND = 1u << 4,
+    /* The queued calls (version 7) move device memory between hosts: an
+     * edge of the device ring where no RCCI_CAP_DEVICE_MEM transport
+     * connects (ibverbs, by GPUDirect RDMA both ways). */
+    RCCI_CAP_QUEUED_DEVICE = 1u << 5,
 };
 
 /* Where a buffer lives. */
@@ -338,6 +342,13 @@ typedef struct rcci_transport {
      * whatever the memory holds) rather than hold its stream forever. A
      * live peer's later stores can undo it: repeat until the work has run. */
     void (*queue_abort)(rcci_conn_t *conn);
+
+    /* -- version 8 -- */
+    /* Largest message the queued calls take on `conn` (send 0: this side's
+     * receive slot; send 1: the peer's, where known, else this side's
+     * setting, which both ends must share), 0 when they cannot be used
+     * (not supported, or no GPU this side can queue on). Never blocks. */
+    size_t (*queue_bytes)(rcci_conn_t *conn, int send);
 } rcci_transport_t;
 
 /* Transports built into this library, in priority order, NULL-terminated. */
@@ -375,7 +386,8 @@ rcc_result_t rcci_transport_unsupported_commit_send(rcci_conn_t *conn, size_t by
     .queue_send = rcci_transport_unsupported_queue_send,                                           \
     .queue_commit = rcci_transport_unsupported_queue_commit,                                       \
     .queue_test = rcci_transport_unsupported_queue_test,                                           \
-    .queue_abort = rcci_transport_no_queue_abort
+    .queue_abort = rcci_transport_no_queue_abort,                                                  \
+    .queue_bytes = rcci_transport_no_inplace_bytes
 rcc_result_t rcci_transport_unsupported_queue_recv(rcci_conn_t *conn, void *stream, size_t bytes,
                                                    const void **data, uint32_t *ticket);
 rcc_result_t rcci_transport_unsupported_queue_send(rcci_conn_t *conn, void *stream, size_t bytes,

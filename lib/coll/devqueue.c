@@ -461,12 +461,17 @@ rcc_result_t rcci_devq_advance(struct rcc_comm *comm, rcci_devq_t *q, int *progr
     *done = q->recv_done == q->sched.nrecv && q->send_done == q->sched.nsend;
     if (*done)
         return RCC_SUCCESS;
-    /* Waiting for the GPU's flags (or stores on the device ring's
-     * counters), which epoll cannot see. */
+    /* Waiting for the GPU's flags, which epoll cannot see: soon where this
+     * thread must act on them (pinned slots; a transport whose queued
+     * messages the host moves), else now and then (cudaipc's counters,
+     * which the GPUs move: this thread only watches). */
+    int host_moves = (q->sq && (q->sl->tr->caps & RCCI_CAP_QUEUED_DEVICE)) ||
+                     (q->rq && (q->rl->tr->caps & RCCI_CAP_QUEUED_DEVICE));
     if ((q->send_posted < q->sched.nsend && q->send_posted == staged) ||
-        (q->recv_posted < q->sched.nrecv && q->recv_posted == consumed + q->slots) || q->sq ||
-        q->rq)
-        comm->poll_ms = 1;
+        (q->recv_posted < q->sched.nrecv && q->recv_posted == consumed + q->slots) || host_moves)
+        rcci_poll_within(comm, RCCI_POLL_GPU_ACT_US);
+    else if (q->sq || q->rq)
+        rcci_poll_within(comm, RCCI_POLL_WATCH_US);
     if (now - q->last_progress_ns > comm->timeout_ns) {
         int waiting_recv = q->recv_done < q->sched.nrecv;
         res = rcci_error(RCC_ERR_TIMEOUT,

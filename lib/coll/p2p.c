@@ -191,7 +191,7 @@ static rcc_result_t p2p_conn(struct rcc_comm *comm, const rcci_p2p_msg_t *m, rcc
     } else {
         res = p->tr->accept(p->listener, m->peer, tag, 0, slot);
         if (res == RCC_ERR_TIMEOUT) { /* the peer has not connected yet: is it still there? */
-            comm->poll_ms = P2P_POLL_MS;
+            rcci_poll_within(comm, P2P_POLL_MS * 1000);
             if (shared)
                 return p2p_ring_alive(comm);
             rcc_result_t alive =

@@ -862,7 +862,7 @@ static rcc_result_t pipe_advance_device(struct rcc_comm *comm, rcci_exec_t *x, i
         res = pipe_sends_device(comm, x, progressed);
     if (x->recv_landed > x->recv_done || x->send_staged > x->send_posted || x->rdirect ||
         x->sdirect || !x->started)
-        comm->poll_ms = 1; /* the GPU's progress (and the device ring's): epoll cannot see it */
+        rcci_poll_within(comm, RCCI_POLL_WATCH_US); /* the GPU's progress, the device ring's */
     return res;
 }
 

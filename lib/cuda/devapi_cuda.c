@@ -449,6 +449,19 @@ static rcc_result_t cuda_dmabuf_export(const void *p, size_t bytes, int *fd, uin
     return RCC_SUCCESS;
 }
 
+/* Where the device orders remote writes itself, or cannot flush them,
+ * there is nothing to do: the call says so (cudaErrorNotSupported). */
+static rcc_result_t cuda_flush_remote_writes(void)
+{
+    cudaError_t e = cudaDeviceFlushGPUDirectRDMAWrites(
+        cudaFlushGPUDirectRDMAWritesTargetCurrentDevice, cudaFlushGPUDirectRDMAWritesToOwner);
+    if (e == cudaSuccess || e == cudaErrorNotSupported) {
+        (void)cudaGetLastError();
+        return RCC_SUCCESS;
+    }
+    return cuda_fail(e, "cudaDeviceFlushGPUDirectRDMAWrites");
+}
+
 const rcci_devapi_t rcci_devapi_cuda = {
     .name = "cuda",
     .device_count = rcci_cuda_device_count,
@@ -478,4 +491,5 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .ipc_export = cuda_ipc_export,
     .ipc_size = cuda_ipc_size,
     .dmabuf_export = cuda_dmabuf_export,
+    .flush_remote_writes = cuda_flush_remote_writes,
 };

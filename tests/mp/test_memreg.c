@@ -229,15 +229,18 @@ START_TEST(deregister_in_flight)
 END_TEST
 
 #ifdef RCC_VERBSIM
-/* Device buffers of the stand-in GPU over ibverbs (the device ring is off:
- * RCC_TRANSPORT=ibverbs), chunk by chunk on the stream path: registered,
- * their sends go from device memory itself (GPUDirect RDMA), each once
- * the GPU work that writes it has run; unregistered, through pinned
- * slots. The results say whether the order held. */
+/* Device buffers of the stand-in GPU over ibverbs, chunk by chunk on the
+ * stream path through pinned slots (RCC_DEVICE_PIPELINE=1: no device ring,
+ * which would move them by the transport's own queued messages, mp_stream's
+ * verbsim build): registered, their sends go from device memory itself
+ * (GPUDirect RDMA), each once the GPU work that writes it has run;
+ * unregistered, through pinned slots. The results say whether the order
+ * held. */
 static int rank_device_gdr(int rank, int n, void *arg)
 {
     (void)arg;
     setenv("RCC_ALGO", "ring", 1);
+    setenv("RCC_DEVICE_PIPELINE", "1", 1);
     setenv("RCC_TRANSPORT", "ibverbs", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(60000);

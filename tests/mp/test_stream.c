@@ -6,7 +6,9 @@
  * waited for the stream's earlier work and that later work waited for it;
  * the call must also return before the late input was written (it never
  * waits for the GPU). A run of the same test on a real GPU is
- * tests/gpu/test_stream_gpu (issue 6).
+ * tests/gpu/test_stream_gpu (issue 6). Built with RCC_VERBSIM (verbsim
+ * linked, RCC_TRANSPORT=ibverbs), the device ring is ibverbs' by GPUDirect
+ * RDMA both ways, as between GPUs of different hosts.
  */
 #include <check.h>
 #include <stdatomic.h>
@@ -47,6 +49,20 @@ static void kern_copy(void *arg)
         nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
     }
     memcpy(k->dst, k->src, k->n);
+}
+
+/* Whether the device ring is what this build runs it over: cudaipc on the
+ * stand-in, or, with verbsim, ibverbs (its queued messages, GPUDirect RDMA). */
+static int device_ring_made(rcc_comm_t comm)
+{
+    struct rcc_comm *c = comm;
+#ifdef RCC_VERBSIM
+    const char *want = "ibverbs";
+#else
+    const char *want = "cudaipc";
+#endif
+    return c->drecv_link.nconns == 1 && c->dsend_link.nconns == 1 &&
+           !strcmp(c->drecv_link.tr->name, want) && !strcmp(c->dsend_link.tr->name, want);
 }
 
 /* Runs one case; 0 when right, 1 when wrong (printed), -1 when the call or
@@ -117,6 +133,8 @@ static int rank_collectives(int rank, int n, void *arg)
         setenv("RCC_TRANSPORT", "tcp", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(60000);
+    if (!arg && n > 1 && !device_ring_made(comm))
+        MP_FAIL("rank %d: no device ring", rank);
     void *stream = fakedev_stream_create();
     int bad = 0;
     unsigned seed = 1;
@@ -264,8 +282,7 @@ static int rank_group_device(int rank, int n, void *arg)
         setenv("RCC_TRANSPORT", "tcp", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(60000);
-    struct rcc_comm *c = comm;
-    if (!arg && (c->drecv_link.nconns != 1 || c->dsend_link.nconns != 1))
+    if (!arg && !device_ring_made(comm))
         MP_FAIL("rank %d: no device ring", rank);
     void *sa = fakedev_stream_create(), *sb = fakedev_stream_create();
     const size_t nx = 300001, ny = 200003;
@@ -341,8 +358,7 @@ static int rank_failure(int rank, int n, void *arg)
         setenv("RCC_TRANSPORT", "tcp", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(3000);
-    struct rcc_comm *c = comm;
-    if (arg && *(const int *)arg == 2 && (c->drecv_link.nconns != 1 || c->dsend_link.nconns != 1))
+    if (arg && *(const int *)arg == 2 && !device_ring_made(comm))
         MP_FAIL("rank %d: no device ring", rank);
     if (rank != 0)
         return td_finish(comm, 0);
@@ -414,8 +430,7 @@ static int rank_queue_fails(int rank, int n, void *arg)
         setenv("FAKEDEV_COPY_FAILS_AFTER", "1", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(60000);
-    struct rcc_comm *c = comm;
-    if (c->drecv_link.nconns != 1 || c->dsend_link.nconns != 1)
+    if (!device_ring_made(comm))
         MP_FAIL("rank %d: no device ring", rank);
     void *stream = fakedev_stream_create();
     size_t count = 600001;
@@ -601,6 +616,17 @@ END_TEST
 static Suite *stream_suite(void)
 {
     Suite *s = suite_create("mp_stream");
+#ifdef RCC_VERBSIM
+    /* What runs over the device ring, now over verbs (meson runs this
+     * case alone: CK_RUN_CASE). */
+    TCase *verbs = tcase_create("device_ring_over_verbs");
+    tcase_set_timeout(verbs, 600);
+    tcase_add_loop_test(verbs, collectives_on_a_stream, 2, 5);
+    tcase_add_loop_test(verbs, device_collectives_in_a_group, 2, 4);
+    tcase_add_loop_test(verbs, failure_releases_the_stream_device_ring, 2, 4);
+    tcase_add_loop_test(verbs, half_queued_device_ring_fails_the_communicator, 2, 4);
+    suite_add_tcase(s, verbs);
+#endif
     TCase *tc = tcase_create("fake_device");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, collectives_on_a_stream, 1, 6);

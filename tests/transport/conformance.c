@@ -958,7 +958,8 @@ static int queued_rank(int rank, int nranks, void *arg)
         if (tr->queue_recv(e.conn, NULL, 8, &view, &ticket) != RCC_ERR_UNSUPPORTED ||
             tr->queue_send(e.conn, NULL, 8, &at) != RCC_ERR_UNSUPPORTED ||
             tr->queue_release(e.conn, NULL) != RCC_ERR_UNSUPPORTED ||
-            tr->queue_commit(e.conn, NULL, 8, &tag, &ticket) != RCC_ERR_UNSUPPORTED)
+            tr->queue_commit(e.conn, NULL, 8, &tag, &ticket) != RCC_ERR_UNSUPPORTED ||
+            tr->queue_bytes(e.conn, 0) != 0 || tr->queue_bytes(e.conn, 1) != 0)
             MP_FAIL("%s: queued calls half there, or not refused", tr->name);
         tr->queue_abort(e.conn); /* a no-op */
         conf_close(&e);
@@ -967,7 +968,9 @@ static int queued_rank(int rank, int nranks, void *arg)
     conf_dev_t d;
     if (conf_dev_open(&d) != RCC_SUCCESS)
         MP_FAIL("%s queues messages, but no device stream: %s", tr->name, rcci_tls_error());
-    size_t max = tr->inplace_bytes(e.conn, rank == 1), total = 0, off[QUEUED_MSGS + 1];
+    size_t max = tr->queue_bytes(e.conn, rank == 1), total = 0, off[QUEUED_MSGS + 1];
+    if (max == 0)
+        MP_FAIL("%s queues messages of at most 0 bytes", tr->name);
     for (uint32_t i = 0; i < QUEUED_MSGS; i++)
         off[i] = total, total += queued_size(i, max);
     off[QUEUED_MSGS] = total;

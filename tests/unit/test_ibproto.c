@@ -2,8 +2,10 @@
  * a device: the immediate data, every way a peer can break the slot and
  * credit rules, and whole conversations over a simulated RC link whose
  * writes, completions and credits are delivered in a random interleaving,
- * every payload byte compared. */
+ * every payload byte compared. The same for queued messages (qproto.h):
+ * their immediates, checks, slot descriptions and counters. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +13,7 @@
 
 #include "err.h"
 #include "ibverbs/proto.h"
+#include "ibverbs/qproto.h"
 #include "tcp/wire.h"
 
 #define HDR RCCI_WIRE_HEADER_BYTES
@@ -60,12 +63,206 @@ END_TEST
 START_TEST(foreign_immediates_are_named)
 {
     rcci_ibp_imm_t imm;
-    uint32_t bad[] = {0xc0000000u, 0xffffffffu, rcci_ibp_imm_close() | 1u,
-                      rcci_ibp_imm_close() | 0x20000000u};
+    uint32_t bad[] = {rcci_ibp_imm_close() | 1u, rcci_ibp_imm_close() | 0x20000000u};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         ck_assert_int_eq(rcci_ibp_imm_parse(bad[i], &imm, "rank 5 (mlx5_0)"), RCC_ERR_REMOTE);
         ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "rank 5 (mlx5_0)"));
     }
+    /* Kind 3 is a queued message's: handed over whole, judged by qproto. */
+    rcci_ibq_imm_t q;
+    uint32_t qbad[] = {0xffffffffu,
+                       0xf0000000u,
+                       rcci_ibq_imm_slots() | 1u,
+                       rcci_ibq_imm_slots() | 0x08000000u,
+                       rcci_ibp_imm_credit(5),
+                       rcci_ibp_imm_data(3, 100)};
+    for (size_t i = 0; i < sizeof qbad / sizeof *qbad; i++) {
+        int queued = qbad[i] >> 30 == 3;
+        ck_assert_int_eq(rcci_ibp_imm_parse(qbad[i], &imm, "p"), RCC_SUCCESS);
+        ck_assert_int_eq(imm.kind == RCCI_IBP_IMM_QUEUED, queued);
+        ck_assert_int_eq(rcci_ibq_imm_parse(qbad[i], &q, "rank 5 (mlx5_0)"), RCC_ERR_REMOTE);
+        ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "rank 5 (mlx5_0)"));
+    }
+}
+END_TEST
+
+/* ---- queued messages (qproto.h) ---- */
+
+START_TEST(queued_immediates_round_trip)
+{
+    rcci_ibp_imm_t imm;
+    rcci_ibq_imm_t q;
+    uint32_t checks[] = {0, 1, 0x123456, 0xffffff};
+    for (uint64_t k = 0; k < 40; k++)
+        for (size_t i = 0; i < sizeof checks / sizeof *checks; i++) {
+            uint32_t raw = rcci_ibq_imm_data(k, checks[i]);
+            ck_assert_int_eq(rcci_ibp_imm_parse(raw, &imm, "p"), RCC_SUCCESS);
+            ck_assert_int_eq(imm.kind, RCCI_IBP_IMM_QUEUED);
+            ck_assert_uint_eq(imm.raw, raw);
+            ck_assert_int_eq(rcci_ibq_imm_parse(raw, &q, "p"), RCC_SUCCESS);
+            ck_assert_int_eq(q.kind, RCCI_IBQ_DATA);
+            ck_assert_uint_eq(q.seq, k % RCCI_IBQ_SEQ_MOD);
+            ck_assert_uint_eq(q.check, checks[i]);
+        }
+    uint64_t counts[] = {0, 1, RCCI_IBQ_CREDIT_MOD - 1, RCCI_IBQ_CREDIT_MOD,
+                         3ull * RCCI_IBQ_CREDIT_MOD + 9};
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+        ck_assert_int_eq(rcci_ibq_imm_parse(rcci_ibq_imm_credit(counts[i]), &q, "p"), RCC_SUCCESS);
+        ck_assert_int_eq(q.kind, RCCI_IBQ_CREDIT);
+        ck_assert_uint_eq(q.released, counts[i] % RCCI_IBQ_CREDIT_MOD);
+    }
+    ck_assert_int_eq(rcci_ibq_imm_parse(rcci_ibq_imm_slots(), &q, "p"), RCC_SUCCESS);
+    ck_assert_int_eq(q.kind, RCCI_IBQ_SLOTS);
+}
+END_TEST
+
+static void describe_sig(const uint8_t sig[RCCI_SIG_BYTES], char *buf, size_t size)
+{
+    snprintf(buf, size, "operation %u", sig[0]);
+}
+
+/* The check tells operations and lengths apart; a mismatch names the
+ * peer, this side and what it expected. */
+START_TEST(queued_checks_tell_operations_apart)
+{
+    rcci_tag_t a = {.seq = 1}, b = {.seq = 2};
+    a.sig[0] = 7;
+    b.sig[0] = 8;
+    uint32_t ca = rcci_ibq_check(&a, 4096);
+    ck_assert_uint_le(ca, 0xffffffu);
+    ck_assert_uint_eq(ca, rcci_ibq_check(&(rcci_tag_t){.seq = 99, .sig = {7}}, 4096));
+    ck_assert_uint_ne(ca, rcci_ibq_check(&b, 4096));
+    ck_assert_uint_ne(ca, rcci_ibq_check(&a, 4095));
+    ck_assert_int_eq(rcci_ibq_check_match(ca, &a, 4096, 3, "rank 1", "rank 2", describe_sig),
+                     RCC_SUCCESS);
+    ck_assert_int_eq(rcci_ibq_check_match(ca, &b, 4096, 3, "rank 1", "rank 2", describe_sig),
+                     RCC_ERR_MISMATCH);
+    const char *e = rcci_tls_error();
+    ck_assert_ptr_nonnull(strstr(e, "rank 1"));
+    ck_assert_ptr_nonnull(strstr(e, "rank 2"));
+    ck_assert_ptr_nonnull(strstr(e, "operation 8"));
+    ck_assert_ptr_nonnull(strstr(e, "4096 bytes"));
+}
+END_TEST
+
+START_TEST(queued_slot_descriptions)
+{
+    rcci_ibq_slots_t s = {.addr = 0x7f0012345000ull,
+                          .rkey = 0xabcdef01u,
+                          .nslots = 8,
+                          .slot_bytes = 8u << 20},
+                     got;
+    uint8_t wire[RCCI_IBQ_SLOTS_BYTES];
+    rcci_ibq_slots_encode(wire, &s);
+    ck_assert_int_eq(rcci_ibq_slots_decode(wire, &got, 8, 8u << 20, "p"), RCC_SUCCESS);
+    ck_assert_uint_eq(got.addr, s.addr);
+    ck_assert_uint_eq(got.rkey, s.rkey);
+    ck_assert_int_eq(rcci_ibq_slots_decode(wire, &got, 4, 8u << 20, "rank 3"),
+                     RCC_ERR_INVALID_USAGE);
+    ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "RCC_IB_GDR_SLOT_BYTES"));
+    ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "rank 3"));
+    ck_assert_int_eq(rcci_ibq_slots_decode(wire, &got, 8, 1u << 20, "p"), RCC_ERR_INVALID_USAGE);
+    wire[0] ^= 1;
+    ck_assert_int_eq(rcci_ibq_slots_decode(wire, &got, 8, 8u << 20, "rank 3"), RCC_ERR_REMOTE);
+    ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "rank 3"));
+}
+END_TEST
+
+/* Sender and receiver counters through a conversation: the GPU stages
+ * ahead, writes wait for credits, the receiver's GPU releases late, every
+ * message's check read back while it can be; counters start near the
+ * wrap of the 32-bit GPU counters and of the credits. */
+START_TEST(queued_counters_in_a_conversation)
+{
+    uint64_t starts[] = {0, (1ull << 32) - 5, RCCI_IBQ_CREDIT_MOD - 3};
+    for (size_t si = 0; si < sizeof starts / sizeof *starts; si++) {
+        const uint32_t n = 4;
+        uint64_t base = starts[si];
+        rcci_ibq_tx_t tx;
+        rcci_ibq_rx_t rx;
+        rcci_ibq_tx_init(&tx, n);
+        rcci_ibq_rx_init(&rx, n);
+        tx.posted = tx.completed = tx.released = base;
+        rx.arrived = rx.released = rx.returned = base;
+        uint64_t staged = base, total = base + 200, gpu_released = base;
+        unsigned seed = 7;
+        rcci_tag_t tag = {0};
+        while (rx.released < total) {
+            unsigned r = (unsigned)rand_r(&seed) % 5;
+            if (r == 0 && staged < total && staged - tx.completed < n) {
+                staged++; /* the GPU waits for its staging slot, then stages */
+            } else if (r == 1 && rcci_ibq_tx_ready(&tx, (uint32_t)staged)) {
+                tag.sig[0] = (uint8_t)tx.posted;
+                rcci_ibq_imm_t q;
+                ck_assert_int_eq(
+                    rcci_ibq_imm_parse(rcci_ibq_imm_data(tx.posted, rcci_ibq_check(&tag, 64)), &q,
+                                       "p"),
+                    RCC_SUCCESS);
+                rcci_ibq_tx_posted(&tx);
+                ck_assert_int_eq(rcci_ibq_tx_completed(&tx), RCC_SUCCESS);
+                ck_assert_int_eq(rcci_ibq_rx_arrived(&rx, &q, "p"), RCC_SUCCESS);
+            } else if (r == 2 && gpu_released < rx.arrived) {
+                uint64_t k = gpu_released;
+                uint32_t check;
+                ck_assert_int_eq(rcci_ibq_rx_check_of(&rx, k, &check), 1);
+                tag.sig[0] = (uint8_t)k;
+                ck_assert_uint_eq(check, rcci_ibq_check(&tag, 64));
+                rcci_ibq_rx_released(&rx, (uint32_t)++gpu_released);
+            } else if (r == 3) {
+                uint32_t imm;
+                rcci_ibq_imm_t q;
+                if (rcci_ibq_rx_credit_due(&rx, &imm)) {
+                    ck_assert_int_eq(rcci_ibq_imm_parse(imm, &q, "p"), RCC_SUCCESS);
+                    ck_assert_int_eq(rcci_ibq_tx_credit(&tx, q.released, "p"), RCC_SUCCESS);
+                }
+            }
+            ck_assert_uint_le(tx.posted - tx.released, n);
+            ck_assert_uint_le(rx.arrived - rx.returned, n);
+        }
+        ck_assert_uint_eq(tx.posted, total);
+        /* Checks that slots have been overwritten since are not offered. */
+        uint32_t check;
+        ck_assert_int_eq(rcci_ibq_rx_check_of(&rx, total - n, &check), 1);
+        ck_assert_int_eq(rcci_ibq_rx_check_of(&rx, total - n - 1, &check), 0);
+        ck_assert_int_eq(rcci_ibq_rx_check_of(&rx, total, &check), 0);
+    }
+}
+END_TEST
+
+/* A peer that breaks the rules is named: a message out of order, one past
+ * its credits, credits for messages never written; a GPU counter that ran
+ * through after an abort releases no more than arrived. */
+START_TEST(queued_rule_breakers_are_named)
+{
+    rcci_ibq_rx_t rx;
+    rcci_ibq_tx_t tx;
+    rcci_ibq_imm_t q;
+    rcci_ibq_rx_init(&rx, 2);
+    rcci_ibq_imm_parse(rcci_ibq_imm_data(1, 0), &q, "p");
+    ck_assert_int_eq(rcci_ibq_rx_arrived(&rx, &q, "rank 4"), RCC_ERR_REMOTE);
+    ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "rank 4"));
+    for (uint64_t k = 0; k < 2; k++) {
+        rcci_ibq_imm_parse(rcci_ibq_imm_data(k, 0), &q, "p");
+        ck_assert_int_eq(rcci_ibq_rx_arrived(&rx, &q, "p"), RCC_SUCCESS);
+    }
+    rcci_ibq_imm_parse(rcci_ibq_imm_data(2, 0), &q, "p");
+    ck_assert_int_eq(rcci_ibq_rx_arrived(&rx, &q, "rank 4"), RCC_ERR_REMOTE);
+    ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "credits"));
+    rcci_ibq_rx_released(&rx, 1000); /* ran through: at most what arrived */
+    ck_assert_uint_eq(rx.released, 2);
+    rcci_ibq_rx_released(&rx, 1); /* never backwards */
+    ck_assert_uint_eq(rx.released, 2);
+    rcci_ibq_tx_init(&tx, 2);
+    ck_assert_int_eq(rcci_ibq_tx_completed(&tx), RCC_ERR_INTERNAL);
+    ck_assert_int_eq(rcci_ibq_tx_ready(&tx, 0), 0);
+    ck_assert_int_eq(rcci_ibq_tx_ready(&tx, 1), 1);
+    rcci_ibq_tx_posted(&tx);
+    ck_assert_int_eq(rcci_ibq_tx_credit(&tx, 2, "rank 4"), RCC_ERR_REMOTE);
+    ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "rank 4"));
+    ck_assert_int_eq(rcci_ibq_tx_credit(&tx, 1, "p"), RCC_SUCCESS);
+    rcci_ibq_tx_posted(&tx);
+    rcci_ibq_tx_posted(&tx);
+    ck_assert_int_eq(rcci_ibq_tx_ready(&tx, 100), 0); /* two out, none released */
 }
 END_TEST
 
@@ -419,6 +616,11 @@ static Suite *ibproto_suite(void)
     tcase_add_test(tc, credit_policy);
     tcase_add_test(tc, conversations_over_a_simulated_link);
     tcase_add_test(tc, long_conversation);
+    tcase_add_test(tc, queued_immediates_round_trip);
+    tcase_add_test(tc, queued_checks_tell_operations_apart);
+    tcase_add_test(tc, queued_slot_descriptions);
+    tcase_add_test(tc, queued_counters_in_a_conversation);
+    tcase_add_test(tc, queued_rule_breakers_are_named);
     suite_add_tcase(s, tc);
     return s;
 }

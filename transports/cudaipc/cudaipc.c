@@ -1002,4 +1002,5 @@ const rcci_transport_t rcci_transport_cudaipc = {
     .queue_commit = cipc_queue_commit,
     .queue_test = cipc_queue_test,
     .queue_abort = cipc_queue_abort,
+    .queue_bytes = cipc_inplace_bytes, /* a queued message is one slot, as an in-place one */
 };

@@ -15,7 +15,15 @@
  * and the send completes when its last write has completed. Device memory
  * registers directly (GPUDirect RDMA: a dma-buf from the device table, else
  * ibv_reg_mr through nvidia-peermem), so a GPU's data goes from its memory
- * to the wire; receives always land in the host slots.
+ * to the wire; isend/irecv receives always land in the host slots.
+ *
+ * Queued messages (transport.h, version 7; qproto.h), for the device ring's
+ * edges to other hosts: a second ring of slots each way in device memory,
+ * so data goes GPU to wire to GPU. The queuing thread only queues waits and
+ * stores on the GPU's stream, against counters in pinned host memory; the
+ * progress thread (through queue_test, probe and peek) posts the writes the
+ * GPU has staged, tells the GPU what has landed, and returns as credits the
+ * slots its GPU has released.
  *
  * Set-up (connstate.h): connect_start returns once the address is being
  * resolved; test, probe and peek take the connection's rdma_cm events from
@@ -48,6 +56,7 @@
 #include "mrcache.h"
 #include "params.h"
 #include "proto.h"
+#include "qproto.h"
 #include "socket.h"
 #include "tcp/wire.h"
 #include "transport.h"
@@ -66,6 +75,7 @@
 #define IBV_WR_RECV 0u     /* wr_id of a receive */
 #define IBV_WR_WRITE 1u    /* wr_id of a data write */
 #define IBV_WR_CONTROL 2u  /* wr_id of a credit or close */
+#define IBV_WR_QWRITE 3u   /* wr_id of a queued message's write */
 /* reg_mem's registrations are gather sources of sends only: the adapter
  * reads them (always allowed), nothing writes them. Asking for write access
  * would pin with write intent (refused for read-only mappings) and hand
@@ -92,7 +102,33 @@ typedef struct {
     rcci_listener_t *listeners; /* connect keeps them moving while it waits */
     int64_t drain_until_ns;     /* closes in a row share one drain window */
     int64_t last_close_ns;      /* when the last close returned */
+    uint32_t qslot_bytes;       /* RCC_IB_GDR_SLOT_BYTES: queued messages' slots */
+    /* The GPU queued messages use, found on the first queued call (any
+     * thread: the lock): 1 usable, -1 not (qdev_why says why), 0 not
+     * looked yet. */
+    pthread_mutex_t qdev_lock;
+    int qdev_state;
+    const rcci_devapi_t *qdev;
+    char qdev_why[200];
 } verbs_ctx_t;
+
+/* One direction's ring of queued slots (qproto.h): device memory, and
+ * two counters in pinned host memory, each on its own cache line. */
+typedef struct {
+    char *slots;
+    struct ibv_mr *mr;
+    volatile uint32_t *flags;
+} verbs_qring_t;
+#define IBV_QF_STRIDE 16 /* uint32s: 64 bytes */
+enum {
+    IBV_QF_GPU = 0, /* stored by the GPU: sends staged / receives released */
+    IBV_QF_HOST = 1 /* stored by the host: sends gone (their staging free) / receives landed */
+};
+
+/* What a queued send says, from queue_commit to its write. */
+typedef struct {
+    uint32_t bytes, check;
+} verbs_qmeta_t;
 
 /* A connect request accepted at once (rdma_accept sent), waiting for the
  * accept call that asks for its rank and tag; or, conn NULL, one that could
@@ -161,6 +197,23 @@ struct rcci_conn {
     int64_t retry_at_ns; /* the next attempt starts then; 0: none waits */
     rcci_req_fifo_t sends, recvs;
     rcci_req_fifo_t unfinished; /* zero-copy sends all posted, their writes not yet complete */
+    /* Queued messages. Each ring is made by the queuing thread's first
+     * call that way and published by its `ready` (atomic); the numbering
+     * (q_*, atomic: queue_abort reads it from any thread) is that
+     * thread's, the accounting (qtx, qrx, qpeer) the progress thread's,
+     * the FIFO between them under its lock. */
+    verbs_qring_t qsend, qrecv;
+    int qsend_ready, qrecv_ready;
+    uint32_t q_tx, q_rx, q_unreleased;
+    int q_reserved;
+    size_t q_reserved_bytes;
+    pthread_mutex_t qmeta_lock;
+    verbs_qmeta_t *qmeta;
+    size_t qmeta_cap, qmeta_head, qmeta_count;
+    rcci_ibq_tx_t qtx;
+    rcci_ibq_rx_t qrx;
+    rcci_ibq_slots_t qpeer; /* the peer's receive slots, from its SLOTS */
+    int qpeer_known, qslots_told;
 };
 
 /* ---- small helpers ---- */
@@ -219,7 +272,8 @@ static int verbs_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_even
  * directly. A dma-buf first (the upstream kernel path, CUDA 11.7+ and a
  * kernel with dma-buf support in the RDMA driver), else ibv_reg_mr on the
  * device pointer, which works where nvidia-peermem is loaded. */
-static rcc_result_t verbs_reg_device(verbs_ctx_t *ctx, void *addr, size_t bytes, void **handle)
+static rcc_result_t verbs_reg_device(verbs_ctx_t *ctx, void *addr, size_t bytes, int access,
+                                     void **handle)
 {
     const rcci_devapi_t *dev = rcci_devapi();
     char dmabuf_why[400] = "no dma-buf export in this build";
@@ -228,7 +282,7 @@ static rcc_result_t verbs_reg_device(verbs_ctx_t *ctx, void *addr, size_t bytes,
         uint64_t offset = 0;
         if (dev->dmabuf_export(addr, bytes, &fd, &offset) == RCC_SUCCESS) {
             struct ibv_mr *mr = ibv_reg_dmabuf_mr(ctx->dev.pd, offset, bytes,
-                                                  (uint64_t)(uintptr_t)addr, fd, IBV_MR_ACCESS);
+                                                  (uint64_t)(uintptr_t)addr, fd, access);
             int err = errno;
             close(fd); /* the registration holds the dma-buf itself */
             if (mr) {
@@ -240,7 +294,7 @@ static rcc_result_t verbs_reg_device(verbs_ctx_t *ctx, void *addr, size_t bytes,
             snprintf(dmabuf_why, sizeof dmabuf_why, "%s", rcci_tls_error());
         }
     }
-    struct ibv_mr *mr = ibv_reg_mr(ctx->dev.pd, addr, bytes, IBV_MR_ACCESS);
+    struct ibv_mr *mr = ibv_reg_mr(ctx->dev.pd, addr, bytes, access);
     if (mr) {
         *handle = mr;
         return RCC_SUCCESS;
@@ -256,7 +310,7 @@ static rcc_result_t verbs_reg(void *arg, void *addr, size_t bytes, int kind, voi
 {
     verbs_ctx_t *ctx = arg;
     if (kind == RCCI_MEM_CUDA)
-        return verbs_reg_device(ctx, addr, bytes, handle);
+        return verbs_reg_device(ctx, addr, bytes, IBV_MR_ACCESS, handle);
     struct ibv_mr *mr = ibv_reg_mr(ctx->dev.pd, addr, bytes, IBV_MR_ACCESS);
     if (!mr)
         return rcci_error_errno(RCC_ERR_SYSTEM, errno, "ibv_reg_mr of %zu bytes at %p on %s", bytes,
@@ -280,6 +334,8 @@ static rcc_result_t verbs_init(const rcci_transport_env_t *env, void **tctx)
     ctx->env = *env;
     pthread_mutex_init(&ctx->listeners_lock, NULL);
     pthread_mutex_init(&ctx->mrs_lock, NULL);
+    pthread_mutex_init(&ctx->qdev_lock, NULL);
+    ctx->qslot_bytes = (uint32_t)rcci_param_int(RCCI_PARAM_IB_GDR_SLOT_BYTES);
     ctx->geom = (rcci_ibp_geom_t){.nslots = (uint32_t)rcci_param_int(RCCI_PARAM_IB_SLOTS),
                                   .slot_bytes = (uint32_t)rcci_param_int(RCCI_PARAM_IB_SLOT_BYTES)};
     RCC_CHECK(rcci_ibp_geom_check(&ctx->geom, "RCC_IB_SLOTS/RCC_IB_SLOT_BYTES"));
@@ -292,6 +348,7 @@ out:
     if (res != RCC_SUCCESS) {
         pthread_mutex_destroy(&ctx->listeners_lock);
         pthread_mutex_destroy(&ctx->mrs_lock);
+        pthread_mutex_destroy(&ctx->qdev_lock);
         free(ctx);
     } else {
         *tctx = ctx;
@@ -306,6 +363,7 @@ static void verbs_fini(void *tctx)
     rcci_ibv_device_close(&ctx->dev);
     pthread_mutex_destroy(&ctx->listeners_lock);
     pthread_mutex_destroy(&ctx->mrs_lock);
+    pthread_mutex_destroy(&ctx->qdev_lock);
     free(ctx);
 }
 
@@ -319,12 +377,18 @@ static rcc_result_t verbs_can_connect(void *tctx, const rcci_peer_info_t *me,
 
 /* ---- connection resources ---- */
 
+static void verbs_qring_free(rcci_conn_t *c, verbs_qring_t *r);
+
 static void verbs_conn_free(rcci_conn_t *c)
 {
     if (c->id && c->id->qp)
         rdma_destroy_qp(c->id);
     if (c->id)
         rdma_destroy_id(c->id);
+    verbs_qring_free(c, &c->qsend); /* no peer writes into them now */
+    verbs_qring_free(c, &c->qrecv);
+    pthread_mutex_destroy(&c->qmeta_lock);
+    free(c->qmeta);
     if (c->cq)
         ibv_destroy_cq(c->cq);
     if (c->comp_ch)
@@ -351,10 +415,14 @@ static rcc_result_t verbs_conn_new(verbs_ctx_t *ctx, const char *peer, rcci_conn
         return rcci_error(RCC_ERR_NO_MEMORY, "verbs connection");
     c->ctx = ctx;
     c->epfd = -1;
+    pthread_mutex_init(&c->qmeta_lock, NULL);
     rcci_ibc_init(&c->state, IBV_ATTEMPTS);
     snprintf(c->peer, sizeof c->peer, "%s", peer);
     snprintf(c->self, sizeof c->self, "rank %d", ctx->env.rank);
-    size_t region = (size_t)ctx->geom.nslots * ctx->geom.slot_bytes;
+    /* The slots, then the mailbox where queued messages' slots are told
+     * (qproto.h): incoming after the receive slots, outgoing after the
+     * staging. */
+    size_t region = (size_t)ctx->geom.nslots * ctx->geom.slot_bytes + RCCI_IBQ_MAILBOX_BYTES;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (posix_memalign((void **)&c->slots, page, region) ||
         posix_memalign((void **)&c->staging, page, region))
@@ -365,7 +433,9 @@ static rcc_result_t verbs_conn_new(verbs_ctx_t *ctx, const char *peer, rcci_conn
     if (!c->slots_mr || !c->staging_mr)
         RCC_FAIL(RCC_ERR_SYSTEM, "ibv_reg_mr of 2 x %zu bytes on %s: %s", region, ctx->dev.name,
                  strerror(errno));
-    c->sq_depth = 2 * (int)ctx->geom.nslots + 4;
+    /* Writes and credits each way, of the host slots and of the queued
+     * ones; the SLOTS message, a notice and the close. */
+    c->sq_depth = 4 * (int)ctx->geom.nslots + 6;
     int cqe = c->sq_depth + RCCI_IBP_RECV_DEPTH((int)ctx->geom.nslots);
     c->comp_ch = ibv_create_comp_channel(ctx->dev.verbs);
     c->cq = c->comp_ch ? ibv_create_cq(ctx->dev.verbs, cqe, c, c->comp_ch, 0) : NULL;
@@ -382,6 +452,8 @@ static rcc_result_t verbs_conn_new(verbs_ctx_t *ctx, const char *peer, rcci_conn
         RCC_FAIL(RCC_ERR_SYSTEM, "epoll_ctl: %s", strerror(errno));
     rcci_ibp_tx_init(&c->tx, &ctx->geom);
     rcci_ibp_rx_init(&c->rx, &ctx->geom);
+    rcci_ibq_tx_init(&c->qtx, ctx->geom.nslots);
+    rcci_ibq_rx_init(&c->qrx, ctx->geom.nslots);
 out:
     if (res != RCC_SUCCESS)
         verbs_conn_free(c);
@@ -1043,6 +1115,143 @@ out:
     return c->failed;
 }
 
+/* ---- queued messages: the progress thread's part (qproto.h) ---- */
+
+static volatile uint32_t *verbs_qflag(const verbs_qring_t *r, int which)
+{
+    return r->flags + which * IBV_QF_STRIDE;
+}
+
+static int verbs_qready(int *ready) { return __atomic_load_n(ready, __ATOMIC_ACQUIRE); }
+
+/* Where this side's queued receive slots lie: written into the peer's
+ * mailbox by the same WRITE WITH IMMEDIATE that announces it. */
+static rcc_result_t verbs_tell_qslots(rcci_conn_t *c)
+{
+    const verbs_ctx_t *ctx = c->ctx;
+    size_t mailbox = (size_t)ctx->geom.nslots * ctx->geom.slot_bytes;
+    rcci_ibq_slots_t s = {.addr = (uint64_t)(uintptr_t)c->qrecv.slots,
+                          .rkey = c->qrecv.mr->rkey,
+                          .nslots = ctx->geom.nslots,
+                          .slot_bytes = ctx->qslot_bytes};
+    uint8_t *out = (uint8_t *)c->staging + mailbox;
+    rcci_ibq_slots_encode(out, &s);
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)out, .length = RCCI_IBQ_SLOTS_BYTES, .lkey = c->staging_mr->lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = IBV_WR_CONTROL,
+        .sg_list = &sge,
+        .num_sge = 1,
+        .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+        .imm_data = htonl(rcci_ibq_imm_slots()),
+        .wr.rdma = {.remote_addr = c->remote_addr + mailbox, .rkey = c->remote_rkey}};
+    return verbs_post_send(c, &wr);
+}
+
+static int verbs_qmeta_pop(rcci_conn_t *c, verbs_qmeta_t *m)
+{
+    pthread_mutex_lock(&c->qmeta_lock);
+    int any = c->qmeta_count > 0;
+    if (any) {
+        *m = c->qmeta[c->qmeta_head];
+        c->qmeta_head = (c->qmeta_head + 1) % c->qmeta_cap;
+        c->qmeta_count--;
+    }
+    pthread_mutex_unlock(&c->qmeta_lock);
+    return any;
+}
+
+/* The next queued message, from its staging slot into the peer's slot. */
+static rcc_result_t verbs_qwrite(rcci_conn_t *c, const verbs_qmeta_t *m)
+{
+    uint64_t k = c->qtx.posted;
+    size_t off = (size_t)(k % c->ctx->geom.nslots) * c->ctx->qslot_bytes;
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)(c->qsend.slots + off), .length = m->bytes, .lkey = c->qsend.mr->lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = IBV_WR_QWRITE,
+        .sg_list = m->bytes ? &sge : NULL,
+        .num_sge = m->bytes ? 1 : 0,
+        .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+        .imm_data = htonl(rcci_ibq_imm_data(k, m->check)),
+        .wr.rdma = {.remote_addr = c->qpeer.addr + off, .rkey = c->qpeer.rkey}};
+    IBV_TRY(verbs_post_send(c, &wr));
+    rcci_ibq_tx_posted(&c->qtx);
+    return RCC_SUCCESS;
+}
+
+/* Everything of the queued messages that can move now: the SLOTS message
+ * once this side has its receive slots, credits for what its GPU released,
+ * writes of what its GPU staged once the peer's slots are known. */
+static rcc_result_t verbs_queued_move(rcci_conn_t *c, int *any)
+{
+    if (c->state.state != RCCI_IBC_READY)
+        return RCC_SUCCESS;
+    if (verbs_qready(&c->qrecv_ready)) {
+        if (!c->qslots_told && verbs_sq_free(c)) {
+            IBV_TRY(verbs_tell_qslots(c));
+            c->qslots_told = 1;
+            *any = 1;
+        }
+        rcci_ibq_rx_released(&c->qrx,
+                             __atomic_load_n(verbs_qflag(&c->qrecv, IBV_QF_GPU), __ATOMIC_ACQUIRE));
+        uint32_t imm;
+        while (verbs_sq_free(c) && rcci_ibq_rx_credit_due(&c->qrx, &imm)) {
+            IBV_TRY(verbs_post_control(c, imm));
+            *any = 1;
+        }
+    }
+    if (c->qpeer_known && verbs_qready(&c->qsend_ready)) {
+        uint32_t staged = __atomic_load_n(verbs_qflag(&c->qsend, IBV_QF_GPU), __ATOMIC_ACQUIRE);
+        verbs_qmeta_t m;
+        while (verbs_sq_free(c) && rcci_ibq_tx_ready(&c->qtx, staged) && verbs_qmeta_pop(c, &m)) {
+            IBV_TRY(verbs_qwrite(c, &m));
+            *any = 1;
+        }
+    }
+    return RCC_SUCCESS;
+}
+
+/* A queued write completed: its staging slot is free for the GPU. */
+static rcc_result_t verbs_queued_sent(rcci_conn_t *c)
+{
+    IBV_TRY(rcci_ibq_tx_completed(&c->qtx));
+    __atomic_store_n(verbs_qflag(&c->qsend, IBV_QF_HOST), (uint32_t)c->qtx.completed,
+                     __ATOMIC_RELEASE);
+    return RCC_SUCCESS;
+}
+
+/* A QUEUED immediate. A message that landed is made visible to the GPU's
+ * later reads (GPUDirect RDMA writes may otherwise still be on their way
+ * inside the GPU when its completion is seen) before the GPU is told. */
+static rcc_result_t verbs_queued_arrived(rcci_conn_t *c, uint32_t raw)
+{
+    const verbs_ctx_t *ctx = c->ctx;
+    rcci_ibq_imm_t q;
+    IBV_TRY(rcci_ibq_imm_parse(raw, &q, c->peer));
+    switch (q.kind) {
+    case RCCI_IBQ_DATA:
+        if (!verbs_qready(&c->qrecv_ready))
+            return rcci_error(RCC_ERR_REMOTE,
+                              "%s wrote a queued message before this rank had receive slots for it",
+                              c->peer);
+        IBV_TRY(rcci_ibq_rx_arrived(&c->qrx, &q, c->peer));
+        if (ctx->qdev->flush_remote_writes)
+            IBV_TRY(ctx->qdev->flush_remote_writes());
+        __atomic_store_n(verbs_qflag(&c->qrecv, IBV_QF_HOST), (uint32_t)c->qrx.arrived,
+                         __ATOMIC_RELEASE);
+        return RCC_SUCCESS;
+    case RCCI_IBQ_CREDIT: return rcci_ibq_tx_credit(&c->qtx, q.released, c->peer);
+    case RCCI_IBQ_SLOTS:
+        IBV_TRY(rcci_ibq_slots_decode((const uint8_t *)c->slots +
+                                          (size_t)ctx->geom.nslots * ctx->geom.slot_bytes,
+                                      &c->qpeer, ctx->geom.nslots, ctx->qslot_bytes, c->peer));
+        c->qpeer_known = 1;
+        return RCC_SUCCESS;
+    }
+    return rcci_error(RCC_ERR_INTERNAL, "queued immediate of kind %d", (int)q.kind);
+}
+
 static rcc_result_t verbs_on_completion(rcci_conn_t *c, const struct ibv_wc *wc)
 {
     /* A QP destroyed by a connect retry may leave completions in the CQ
@@ -1057,8 +1266,12 @@ static rcc_result_t verbs_on_completion(rcci_conn_t *c, const struct ibv_wc *wc)
                                             ibv_wc_status_str(wc->status)));
         return RCC_SUCCESS; /* flushed after the peer left */
     }
+    if (wc->wr_id == IBV_WR_WRITE)
+        return rcci_ibp_tx_completed(&c->tx);
+    if (wc->wr_id == IBV_WR_QWRITE)
+        return verbs_queued_sent(c);
     if (wc->wr_id != IBV_WR_RECV)
-        return wc->wr_id == IBV_WR_WRITE ? rcci_ibp_tx_completed(&c->tx) : RCC_SUCCESS;
+        return RCC_SUCCESS;
     rcc_result_t res = verbs_post_recvs(c, 1);
     rcci_ibp_imm_t imm;
     if (res == RCC_SUCCESS && !(wc->wc_flags & IBV_WC_WITH_IMM)) /* every message carries one */
@@ -1072,6 +1285,7 @@ static rcc_result_t verbs_on_completion(rcci_conn_t *c, const struct ibv_wc *wc)
     case RCCI_IBP_IMM_DATA: res = rcci_ibp_rx_arrived(&c->rx, &imm, c->peer); break;
     case RCCI_IBP_IMM_CREDIT: res = rcci_ibp_tx_credit(&c->tx, imm.taken, c->peer); break;
     case RCCI_IBP_IMM_CLOSE: rcci_ibc_step(&c->state, RCCI_IBC_EV_PEER_CLOSE); break;
+    case RCCI_IBP_IMM_QUEUED: res = verbs_queued_arrived(c, imm.raw); break;
     }
     return res == RCC_SUCCESS ? RCC_SUCCESS : verbs_fail(c, res);
 }
@@ -1130,6 +1344,7 @@ static rcc_result_t verbs_drive(rcci_conn_t *c)
             IBV_TRY(verbs_post_control(c, imm));
             any = 1;
         }
+        IBV_TRY(verbs_queued_move(c, &any));
         while (c->sends.head && c->state.state == RCCI_IBC_READY) {
             struct rcci_request *r = c->sends.head;
             uint8_t hdr[RCCI_WIRE_HEADER_BYTES];
@@ -1336,13 +1551,230 @@ static void verbs_close(rcci_conn_t *c)
     verbs_conn_free(c);
 }
 
+/* ---- queued messages: the calls (transport.h, version 7) ---- */
+
+/* Stored by queue_abort past every count a queued wait asks for (waits
+ * compare cyclically, and far fewer messages are ever queued ahead). */
+#define IBV_Q_RUN_THROUGH 0x40000000u
+
+/* The GPU whose streams the queued calls use: RCC_ERR_UNSUPPORTED with
+ * the reason where there is none (this build has no GPU API, the machine
+ * no GPU). Looked for once per context. */
+static rcc_result_t verbs_qdev(verbs_ctx_t *ctx)
+{
+    pthread_mutex_lock(&ctx->qdev_lock);
+    if (ctx->qdev_state == 0) {
+        const rcci_devapi_t *dev = rcci_devapi();
+        char why[160] = "this build has no GPU API";
+        if (dev && !dev->ipc_alloc)
+            snprintf(why, sizeof why, "the GPU API (%s) allocates no plain device memory",
+                     dev->name);
+        else if (dev && dev->device_count(why, sizeof why) > 0)
+            ctx->qdev = dev;
+        ctx->qdev_state = ctx->qdev ? 1 : -1;
+        snprintf(ctx->qdev_why, sizeof ctx->qdev_why, "%s", why);
+    }
+    int state = ctx->qdev_state;
+    pthread_mutex_unlock(&ctx->qdev_lock);
+    if (state > 0)
+        return RCC_SUCCESS;
+    return rcci_error(RCC_ERR_UNSUPPORTED, "ibverbs: no queued messages (GPU to GPU): %s",
+                      ctx->qdev_why);
+}
+
+static size_t verbs_queue_bytes(rcci_conn_t *c, int send)
+{
+    (void)send; /* both ends use RCC_IB_GDR_SLOT_BYTES, checked when the slots are told */
+    char error[RCCI_ERR_TEXT_BYTES]; /* a question, not a failure: the error stays */
+    snprintf(error, sizeof error, "%s", rcci_tls_error());
+    int usable = verbs_qdev(c->ctx) == RCC_SUCCESS;
+    rcci_tls_error_set(error);
+    return usable ? c->ctx->qslot_bytes : 0;
+}
+
+/* A queued message is one slot, on a GPU. */
+static rcc_result_t verbs_queued_fits(rcci_conn_t *c, int send, size_t bytes)
+{
+    IBV_TRY(verbs_qdev(c->ctx));
+    if (bytes <= c->ctx->qslot_bytes)
+        return RCC_SUCCESS;
+    return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                      "ibverbs: a queued %s of %zu bytes %s %s exceeds its %u-byte slot "
+                      "(RCC_IB_GDR_SLOT_BYTES)",
+                      send ? "send" : "receive", bytes, send ? "to" : "from", c->peer,
+                      c->ctx->qslot_bytes);
+}
+
+static void verbs_qring_free(rcci_conn_t *c, verbs_qring_t *r)
+{
+    const rcci_devapi_t *dev = c->ctx->qdev;
+    if (r->mr)
+        ibv_dereg_mr(r->mr);
+    if (r->slots)
+        dev->ipc_free(r->slots);
+    if (r->flags)
+        dev->host_free((void *)r->flags);
+    *r = (verbs_qring_t){0};
+}
+
+/* One direction's ring, on its first queued call: plain device memory
+ * (cudaMalloc's, which ipc_alloc makes; a stream-ordered pool's cannot be
+ * registered), registered with the adapter as GPUDirect RDMA memory;
+ * receive slots for the peer's writes, staging only for reads. */
+static rcc_result_t verbs_qring_make(rcci_conn_t *c, verbs_qring_t *r, int access, int *ready)
+{
+    if (verbs_qready(ready))
+        return RCC_SUCCESS;
+    const rcci_devapi_t *dev = c->ctx->qdev;
+    size_t bytes = (size_t)c->ctx->geom.nslots * c->ctx->qslot_bytes;
+    char handle[RCCI_IPC_HANDLE_BYTES];
+    void *mr = NULL;
+    rcc_result_t res = dev->ipc_alloc((void **)&r->slots, bytes, 0, handle);
+    if (res == RCC_SUCCESS)
+        res = dev->host_alloc((void **)&r->flags, 2 * IBV_QF_STRIDE * sizeof *r->flags);
+    if (res == RCC_SUCCESS)
+        res = verbs_reg_device(c->ctx, r->slots, bytes, access, &mr);
+    r->mr = mr;
+    if (res != RCC_SUCCESS) {
+        verbs_qring_free(c, r);
+        rcci_error_prefix("ibverbs: queued %s slots (%u x %u bytes of device memory) for %s: ",
+                          access ? "receive" : "send", c->ctx->geom.nslots, c->ctx->qslot_bytes,
+                          c->peer);
+        return res;
+    }
+    __atomic_store_n(ready, 1, __ATOMIC_RELEASE);
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t verbs_queue_recv(rcci_conn_t *c, void *stream, size_t bytes, const void **data,
+                                     uint32_t *ticket)
+{
+    IBV_TRY(verbs_queued_fits(c, 0, bytes));
+    IBV_TRY(verbs_qring_make(c, &c->qrecv, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                             &c->qrecv_ready));
+    uint32_t k = c->q_rx;
+    IBV_TRY(c->ctx->qdev->wait_flag(stream, verbs_qflag(&c->qrecv, IBV_QF_HOST), k + 1));
+    *data = c->qrecv.slots + (size_t)(k % c->ctx->geom.nslots) * c->ctx->qslot_bytes;
+    *ticket = k;
+    __atomic_store_n(&c->q_rx, k + 1, __ATOMIC_RELEASE);
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t verbs_queue_release(rcci_conn_t *c, void *stream)
+{
+    IBV_TRY(verbs_qdev(c->ctx));
+    if (!verbs_qready(&c->qrecv_ready) || c->q_unreleased == c->q_rx)
+        return rcci_error(RCC_ERR_INTERNAL, "ibverbs: queue_release with no queued receive (%s)",
+                          c->peer);
+    IBV_TRY(
+        c->ctx->qdev->write_flag(stream, verbs_qflag(&c->qrecv, IBV_QF_GPU), c->q_unreleased + 1));
+    c->q_unreleased++;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t verbs_queue_send(rcci_conn_t *c, void *stream, size_t bytes, void **data)
+{
+    if (c->q_reserved)
+        return rcci_error(RCC_ERR_INTERNAL, "ibverbs: a second queue_send before queue_commit");
+    IBV_TRY(verbs_queued_fits(c, 1, bytes));
+    IBV_TRY(verbs_qring_make(c, &c->qsend, 0, &c->qsend_ready));
+    uint32_t k = c->q_tx, n = c->ctx->geom.nslots;
+    /* Its staging slot is free once the write of message k - n has gone. */
+    IBV_TRY(c->ctx->qdev->wait_flag(stream, verbs_qflag(&c->qsend, IBV_QF_HOST), k - n + 1));
+    *data = c->qsend.slots + (size_t)(k % n) * c->ctx->qslot_bytes;
+    c->q_reserved = 1;
+    c->q_reserved_bytes = bytes;
+    return RCC_SUCCESS;
+}
+
+static rcc_result_t verbs_queue_commit(rcci_conn_t *c, void *stream, size_t bytes,
+                                       const rcci_tag_t *tag, uint32_t *ticket)
+{
+    IBV_TRY(verbs_qdev(c->ctx));
+    if (!c->q_reserved || bytes != c->q_reserved_bytes)
+        return rcci_error(RCC_ERR_INTERNAL,
+                          "ibverbs: queue_commit of %zu bytes to %s without its queue_send", bytes,
+                          c->peer);
+    /* What the write will say goes in first: the progress thread takes it
+     * once the GPU has staged the message, which is queued below. */
+    pthread_mutex_lock(&c->qmeta_lock);
+    if (c->qmeta_count == c->qmeta_cap) {
+        size_t cap = c->qmeta_cap ? 2 * c->qmeta_cap : 64;
+        verbs_qmeta_t *grown = malloc(cap * sizeof *grown);
+        for (size_t i = 0; grown && i < c->qmeta_count; i++)
+            grown[i] = c->qmeta[(c->qmeta_head + i) % c->qmeta_cap];
+        if (grown) {
+            free(c->qmeta);
+            c->qmeta = grown, c->qmeta_cap = cap, c->qmeta_head = 0;
+        }
+    }
+    int room = c->qmeta_count < c->qmeta_cap;
+    if (room)
+        c->qmeta[(c->qmeta_head + c->qmeta_count++) % c->qmeta_cap] =
+            (verbs_qmeta_t){(uint32_t)bytes, rcci_ibq_check(tag, bytes)};
+    pthread_mutex_unlock(&c->qmeta_lock);
+    if (!room)
+        return rcci_error(RCC_ERR_NO_MEMORY, "ibverbs: queued sends to %s", c->peer);
+    uint32_t k = c->q_tx;
+    IBV_TRY(c->ctx->qdev->write_flag(stream, verbs_qflag(&c->qsend, IBV_QF_GPU), k + 1));
+    c->q_reserved = 0;
+    *ticket = k;
+    __atomic_store_n(&c->q_tx, k + 1, __ATOMIC_RELEASE);
+    return RCC_SUCCESS;
+}
+
+/* Whether count `n` has passed message `ticket` (n > ticket, the ticket
+ * within 2^31 below). */
+static int verbs_qpassed(uint64_t n, uint32_t ticket)
+{
+    return (int32_t)((uint32_t)n - ticket) > 0;
+}
+
+static rcc_result_t verbs_queue_test(rcci_conn_t *c, int send, uint32_t ticket, size_t bytes,
+                                     const rcci_tag_t *tag, int *done)
+{
+    *done = 0;
+    IBV_TRY(verbs_qdev(c->ctx));
+    IBV_TRY(c->failed == RCC_SUCCESS ? verbs_drive(c) : verbs_failed(c));
+    if (send) {
+        *done = verbs_qpassed(c->qtx.completed, ticket);
+    } else if (verbs_qpassed(c->qrx.arrived, ticket)) {
+        *done = 1;
+        uint64_t k = c->qrx.arrived - ((uint32_t)c->qrx.arrived - ticket);
+        uint32_t check;
+        if (!rcci_ibq_rx_check_of(&c->qrx, k, &check))
+            return RCC_SUCCESS; /* looked too late: nothing to check */
+        rcc_result_t res =
+            rcci_ibq_check_match(check, tag, bytes, k, c->peer, c->self, c->ctx->env.describe_sig);
+        return res == RCC_SUCCESS ? RCC_SUCCESS : verbs_fail(c, res);
+    }
+    if (!*done && c->state.state != RCCI_IBC_READY && !verbs_in_setup(c))
+        return verbs_fail(c, rcci_ibc_error(&c->state, c->peer));
+    return RCC_SUCCESS;
+}
+
+static void verbs_queue_abort(rcci_conn_t *c)
+{
+    if (!c)
+        return;
+    if (verbs_qready(&c->qrecv_ready))
+        __atomic_store_n(verbs_qflag(&c->qrecv, IBV_QF_HOST),
+                         __atomic_load_n(&c->q_rx, __ATOMIC_ACQUIRE) + IBV_Q_RUN_THROUGH,
+                         __ATOMIC_RELEASE);
+    if (verbs_qready(&c->qsend_ready))
+        __atomic_store_n(verbs_qflag(&c->qsend, IBV_QF_HOST),
+                         __atomic_load_n(&c->q_tx, __ATOMIC_ACQUIRE) + IBV_Q_RUN_THROUGH,
+                         __ATOMIC_RELEASE);
+}
+
 const rcci_transport_t rcci_transport_ibverbs = {
     .abi = RCCI_TRANSPORT_ABI,
     .size = sizeof(rcci_transport_t),
     .name = "ibverbs",
     /* Two-sided (write is for later); registered memory, device memory
-     * included (GPUDirect RDMA), is sent from where it lies. */
-    .caps = RCCI_CAP_ZERO_COPY_SEND,
+     * included (GPUDirect RDMA), is sent from where it lies; queued
+     * messages go GPU to GPU. */
+    .caps = RCCI_CAP_ZERO_COPY_SEND | RCCI_CAP_QUEUED_DEVICE,
     .init = verbs_init,
     .fini = verbs_fini,
     .can_connect = verbs_can_connect,
@@ -1358,7 +1790,13 @@ const rcci_transport_t rcci_transport_ibverbs = {
     .test = verbs_test,
     .write = rcci_transport_unsupported_write,
     RCCI_TRANSPORT_NO_INPLACE,
-    RCCI_TRANSPORT_NO_QUEUED,
+    .queue_recv = verbs_queue_recv,
+    .queue_release = verbs_queue_release,
+    .queue_send = verbs_queue_send,
+    .queue_commit = verbs_queue_commit,
+    .queue_test = verbs_queue_test,
+    .queue_abort = verbs_queue_abort,
+    .queue_bytes = verbs_queue_bytes,
     .wait_fd = verbs_wait_fd,
     .close = verbs_close,
     .probe = verbs_probe,

@@ -49,6 +49,7 @@ rcc_result_t rcci_ibp_imm_parse(uint32_t imm, rcci_ibp_imm_t *out, const char *p
         if (imm & IBP_LOW30)
             break;
         return RCC_SUCCESS;
+    case RCCI_IBP_IMM_QUEUED: out->raw = imm; return RCC_SUCCESS;
     }
     return rcci_error(RCC_ERR_REMOTE, "%s sent immediate data 0x%08x that is no ringcc message",
                       peer, imm);

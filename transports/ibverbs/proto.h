@@ -20,8 +20,9 @@
  * Every incoming WRITE WITH IMMEDIATE or SEND consumes one zero-length
  * receive request, so a side keeps RCCI_IBP_RECV_DEPTH of them posted:
  * between two polls of a side the peer can write at most nslots slots and
- * return at most nslots credits (each for a slot this side wrote), plus the
- * closing message.
+ * return at most nslots credits (each for a slot this side wrote), as many
+ * of each for queued messages (qproto.h) and their slots' description,
+ * plus the closing message.
  */
 #ifndef RINGCC_IBVERBS_PROTO_H
 #define RINGCC_IBVERBS_PROTO_H
@@ -35,7 +36,7 @@
 #define RCCI_IBP_MIN_SLOT_BYTES 4096        /* a header and a whole notice fit in one */
 #define RCCI_IBP_MAX_SLOT_BYTES (16u << 20) /* the immediate's 24 length bits (length - 1) */
 #define RCCI_IBP_CREDIT_MOD (1u << 30)      /* credits count modulo this */
-#define RCCI_IBP_RECV_DEPTH(nslots) (2 * (nslots) + 2)
+#define RCCI_IBP_RECV_DEPTH(nslots) (4 * (nslots) + 3)
 
 /* Slots of one direction, agreed at connection set-up. */
 typedef struct {
@@ -53,19 +54,21 @@ typedef enum {
     RCCI_IBP_IMM_DATA = 0,   /* a slot was written: slot, len */
     RCCI_IBP_IMM_CREDIT = 1, /* the peer has taken `taken` slots (mod 2^30) */
     RCCI_IBP_IMM_CLOSE = 2,  /* the peer closes the connection in order */
+    RCCI_IBP_IMM_QUEUED = 3, /* a queued message's, parsed by qproto.h from `raw` */
 } rcci_ibp_imm_kind_t;
 
 typedef struct {
     rcci_ibp_imm_kind_t kind;
     uint32_t slot, len; /* DATA */
     uint32_t taken;     /* CREDIT */
+    uint32_t raw;       /* QUEUED: the immediate as it came */
 } rcci_ibp_imm_t;
 
 uint32_t rcci_ibp_imm_data(uint32_t slot, uint32_t len);
 uint32_t rcci_ibp_imm_credit(uint64_t taken);
 uint32_t rcci_ibp_imm_close(void);
-/* RCC_ERR_REMOTE naming `peer` for an immediate no sender makes: kind 3,
- * a DATA length of 0, a CLOSE with reserved bits set. */
+/* RCC_ERR_REMOTE naming `peer` for an immediate no sender makes: a CLOSE
+ * with reserved bits set. */
 rcc_result_t rcci_ibp_imm_parse(uint32_t imm, rcci_ibp_imm_t *out, const char *peer);
 
 /* ---- sending ---- */
