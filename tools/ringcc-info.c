@@ -145,6 +145,14 @@ static void info_gdr(void)
         printf("  dma-buf export: yes\n");
     if (fd >= 0)
         close(fd);
+    /* What a receiver does before its GPU reads data an adapter wrote
+     * (the device ring over ibverbs); it needs no adapter to answer. */
+    if (!dev->flush_remote_writes)
+        printf("  flush of remote writes: not in this build's device table\n");
+    else if (dev->flush_remote_writes() != RCC_SUCCESS)
+        printf("  flush of remote writes: fails: %s\n", rcc_last_error(NULL));
+    else
+        printf("  flush of remote writes: works (or the GPU orders them itself)\n");
     info_gdr_register(verbs, buf, bytes);
     dev->ipc_free(buf);
 }
