@@ -532,14 +532,16 @@ void rcci_devq_waiting_for(struct rcc_comm *comm, const rcci_devq_t *q, char *bu
     }
     if (q->send_done < q->sched.nsend && n < size) {
         /* Device ring: this GPU writes the next rank's slot once that rank's
-         * GPU has freed it; its own work comes first either way. */
+         * GPU has freed it (cudaipc), or its own staging slot, whose bytes
+         * the host sends once the next rank's slot is free (ibverbs); its
+         * own work comes first either way. */
         int gpu =
             q->sq || (q->send_posted == q->send_done && flag_load(q, F_STAGED) <= q->send_posted);
         if (!gpu)
             rcci_bootstrap_peer_name(comm->bootstrap, q->sl->peer, peer, sizeof peer);
         snprintf(buf + n, size - n, "%s%s (send %zu of %zu%s)", n ? ", " : "",
                  gpu ? "the GPU" : peer, q->send_done + 1, q->sched.nsend,
-                 q->sq ? ": its write into the next rank's slot, once that rank has freed it"
+                 q->sq ? ": its write toward the next rank's slot, once that rank has freed it"
                  : gpu ? ": its copy into the send slot"
                        : "");
     }
