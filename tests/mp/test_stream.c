@@ -681,6 +681,7 @@ static Suite *stream_suite(void)
     tcase_add_loop_test(verbs, failure_releases_the_stream_device_ring, 2, 4);
     tcase_add_loop_test(verbs, half_queued_device_ring_fails_the_communicator, 2, 4);
     tcase_add_loop_test(verbs, peer_death_on_the_device_ring, 2, 5);
+    tcase_add_test(verbs, device_and_host_buffers_across_ranks);
     suite_add_tcase(s, verbs);
 #endif
     TCase *tc = tcase_create("fake_device");
