@@ -26,6 +26,7 @@
 #include "comm.h" /* the device ring's links, to see that it is used */
 #include "fakedev.h"
 #include "mp.h"
+#include "ringdeath.h"
 #include "testdata.h"
 
 typedef enum { K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_NKINDS } kind_t;
@@ -279,60 +280,9 @@ static int rank_forced_tcp(int rank, int n, void *arg)
 START_TEST(transport_forced_to_tcp) { ck_assert_int_eq(mp_run(3, rank_forced_tcp, NULL, 120), 0); }
 END_TEST
 
-/* The last rank dies (SIGKILL) in the middle of a large allreduce while its
- * neighbours map its slots and write into them: they fail with PEER_LOST
- * naming it, well within the timeout, and their streams go on. */
-static int rank_death(int rank, int n, void *arg)
-{
-    (void)arg;
-    setenv("RCC_ALGO", "ring", 1);
-    fakedev_install();
-    rcc_comm_t comm = mp_comm(30000);
-    void *stream = fakedev_stream_create();
-    size_t count = 8u << 20; /* 32 MiB of float32: many fragments in flight */
-    float *d = fakedev_malloc(count * sizeof *d);
-    /* One that works first: the connections are up and mapped. */
-    rcc_result_t res = rcc_allreduce_stream(d, d, 1000, RCC_FLOAT32, RCC_SUM, comm, stream);
-    if (res != RCC_SUCCESS || fakedev_stream_sync(stream, 30))
-        MP_FAIL("rank %d: the first allreduce: %s", rank, rcc_last_error(comm));
-    res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
-    if (rank == n - 1) {
-        usleep(20000);
-        kill(getpid(), SIGKILL);
-    }
-    double t0 = td_now_s();
-    if (res != RCC_SUCCESS)
-        MP_FAIL("rank %d: the call itself failed: %s", rank, rcc_last_error(comm));
-    if (fakedev_stream_sync(stream, 25))
-        MP_FAIL("rank %d: the stream was left waiting after a peer died", rank);
-    rcc_result_t async = RCC_SUCCESS;
-    rcc_comm_get_async_error(comm, &async);
-    const char *text = rcc_last_error(comm);
-    char dead[32];
-    snprintf(dead, sizeof dead, "rank %d", n - 1);
-    if (async != RCC_ERR_PEER_LOST || !strstr(text, dead))
-        MP_FAIL("rank %d: after rank %d died: %s: %s", rank, n - 1, rcc_result_name(async), text);
-    printf("rank %d: failed %.2f s after the call: %s\n", rank, td_now_s() - t0, text);
-    /* The survivors' buffers may still be mapped by each other (windows)
-     * until their communicators have ended: freed once all have aborted. */
-    fakedev_stream_destroy(stream);
-    rcc_comm_abort(comm);
-    _Atomic int *aborted = mp_shared(NULL);
-    atomic_fetch_add(aborted, 1);
-    for (int waited = 0; atomic_load(aborted) < n - 1 && waited < 20000; waited++)
-        usleep(1000);
-    fakedev_free(d);
-    return 0;
-}
-
-START_TEST(peer_death_while_mapped)
-{
-    int st[8];
-    mp_run_status(_i, rank_death, NULL, 120, st);
-    for (int r = 0; r < _i - 1; r++)
-        ck_assert_int_eq(st[r], 0);
-    ck_assert_int_eq(st[_i - 1], 128 + SIGKILL);
-}
+/* The last rank dies while its neighbours map its slots and write into
+ * them (ringdeath.h). */
+START_TEST(peer_death_while_mapped) { ck_assert_int_eq(ringdeath_run(_i, "cudaipc"), 0); }
 END_TEST
 
 /* Rank 1's device cannot map its neighbour's memory: every rank finds out

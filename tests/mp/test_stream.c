@@ -11,7 +11,6 @@
  * RDMA both ways, as between GPUs of different hosts.
  */
 #include <check.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +23,7 @@
 #include "comm.h" /* rcci_streams_set_next_ticket */
 #include "fakedev.h"
 #include "mp.h"
+#include "ringdeath.h"
 #include "streamcase.h"
 #include "testdata.h"
 
@@ -615,56 +615,9 @@ START_TEST(device_and_host_buffers_across_ranks)
 END_TEST
 
 #ifdef RCC_VERBSIM
-/* The last rank dies (SIGKILL) in the middle of a large allreduce on the
- * device ring over verbs, with messages queued both ways: the survivors
- * fail with PEER_LOST naming it, well within the timeout, and their
- * streams, which wait on the transport's counters, go on. */
-static int rank_death(int rank, int n, void *arg)
-{
-    (void)arg;
-    setenv("RCC_ALGO", "ring", 1);
-    fakedev_install();
-    rcc_comm_t comm = mp_comm(30000);
-    if (!device_ring_made(comm))
-        MP_FAIL("rank %d: no device ring", rank);
-    void *stream = fakedev_stream_create();
-    size_t count = 8u << 20; /* 32 MiB of float32: every slot in use */
-    float *d = fakedev_malloc(count * sizeof *d);
-    /* One that works first: the slots are made and told. */
-    rcc_result_t res = rcc_allreduce_stream(d, d, 1000, RCC_FLOAT32, RCC_SUM, comm, stream);
-    if (res != RCC_SUCCESS || fakedev_stream_sync(stream, 30))
-        MP_FAIL("rank %d: the first allreduce: %s", rank, rcc_last_error(comm));
-    res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
-    if (rank == n - 1) {
-        usleep(20000);
-        kill(getpid(), SIGKILL);
-    }
-    double t0 = td_now_s();
-    if (res != RCC_SUCCESS)
-        MP_FAIL("rank %d: the call itself failed: %s", rank, rcc_last_error(comm));
-    if (fakedev_stream_sync(stream, 25))
-        MP_FAIL("rank %d: the stream was left waiting after a peer died", rank);
-    rcc_result_t async = await_async_error(comm, t0, 25);
-    const char *text = rcc_last_error(comm);
-    char dead[32];
-    snprintf(dead, sizeof dead, "rank %d", n - 1);
-    if (async != RCC_ERR_PEER_LOST || !strstr(text, dead))
-        MP_FAIL("rank %d: after rank %d died: %s: %s", rank, n - 1, rcc_result_name(async), text);
-    printf("rank %d: failed %.2f s after the call: %s\n", rank, td_now_s() - t0, text);
-    fakedev_stream_destroy(stream);
-    rcc_comm_abort(comm);
-    fakedev_free(d);
-    return 0;
-}
-
-START_TEST(peer_death_on_the_device_ring)
-{
-    int st[8];
-    mp_run_status(_i, rank_death, NULL, 120, st);
-    for (int r = 0; r < _i - 1; r++)
-        ck_assert_int_eq(st[r], 0);
-    ck_assert_int_eq(st[_i - 1], 128 + SIGKILL);
-}
+/* The last rank dies mid-allreduce on the device ring over verbs, with
+ * messages queued both ways (ringdeath.h). */
+START_TEST(peer_death_on_the_device_ring) { ck_assert_int_eq(ringdeath_run(_i, "ibverbs"), 0); }
 END_TEST
 #endif
 
