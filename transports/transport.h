@@ -54,7 +54,9 @@ enum {
     RCCI_CAP_ZERO_COPY_SEND = 1u << 4,
     /* The queued calls (version 7) move device memory between hosts: an
      * edge of the device ring where no RCCI_CAP_DEVICE_MEM transport
-     * connects (ibverbs, by GPUDirect RDMA both ways). */
+     * connects (ibverbs, by GPUDirect RDMA both ways). Its host moves the
+     * messages once the GPU's counters say so, through queue_test: the
+     * engine looks at them often while such messages are pending. */
     RCCI_CAP_QUEUED_DEVICE = 1u << 5,
 };
 

@@ -1734,7 +1734,9 @@ static rcc_result_t verbs_queue_test(rcci_conn_t *c, int send, uint32_t ticket, 
                                      const rcci_tag_t *tag, int *done)
 {
     *done = 0;
-    IBV_TRY(verbs_qdev(c->ctx));
+    /* A ring made means a GPU was found: no lock per test on this path. */
+    if (!verbs_qready(&c->qsend_ready) && !verbs_qready(&c->qrecv_ready))
+        IBV_TRY(verbs_qdev(c->ctx));
     IBV_TRY(c->failed == RCC_SUCCESS ? verbs_drive(c) : verbs_failed(c));
     if (send) {
         *done = verbs_qpassed(c->qtx.completed, ticket);
