@@ -134,7 +134,7 @@ static rcc_result_t comm_read_config(struct rcc_comm *comm, const rcc_config_t *
     if (comm->algo_forced < 0)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT,
                           "RCC_ALGO='%s' is not an algorithm: use auto, ring, rabenseifner, "
-                          "twostep, rd or direct",
+                          "twostep, rd, direct or star",
                           algo);
     rcc_result_t res = rcci_config_check(config, &comm->timeout_ns, &comm->chunk_bytes);
     /* Slots lie chunk_bytes apart: a multiple of 64 keeps every slot aligned

@@ -35,7 +35,8 @@ typedef enum {
     RCCI_ALLREDUCE_RABENSEIFNER,
     RCCI_ALLREDUCE_RD,
     RCCI_ALLREDUCE_DIRECT,
-    RCCI_ALLREDUCE_TWOSTEP
+    RCCI_ALLREDUCE_TWOSTEP,
+    RCCI_ALLREDUCE_STAR
 } rcci_allreduce_algo_t;
 
 /* One message of a point-to-point operation (send, recv, alltoall). */
@@ -469,13 +470,14 @@ rcc_result_t rcci_p2p_rounds_start(struct rcc_comm *comm, rcci_op_t *op, const c
  * (reduce-scatter by recursive halving, allgather by recursive doubling:
  * the ring's bytes in 2 log2(n) rounds), recursive doubling (log2(n)
  * rounds, the whole buffer each), the direct exchange (every rank sends
- * its input to every other: one round, n(n-1) messages) and twostep
+ * its input to every other: one round, n(n-1) messages), twostep
  * (reduce-scatter and allgather by direct exchange: the ring's bytes in 2
- * rounds). */
+ * rounds) and star (gathered, folded and sent back by one rank: 2 rounds,
+ * 2(n-1) messages). */
 /* RCC_ALGO's value: 1 with *algo set for a forced algorithm, 0 for
  * "auto", -1 for anything else. */
 int rcci_allreduce_algo_named(const char *name, rcci_allreduce_algo_t *algo);
-/* "ring", "rabenseifner", "rd", "direct" or "twostep" (RCC_ALGO's names);
+/* "ring", "rabenseifner", "rd", "direct", "twostep" or "star" (RCC_ALGO's names);
  * "?" for a value that is none. */
 const char *rcci_allreduce_algo_name(int algo);
 /* The algorithm for an allreduce of `bytes` per rank on `comm` (RCC_ALGO,

@@ -87,7 +87,8 @@
       "must fit one; must be the same on every rank")                                              \
     X(ALGO, STR, "auto", 0, 0,                                                                     \
       "allreduce algorithm: auto (rd up to RCC_SMALL_MAX_BYTES, rabenseifner up to "               \
-      "RCC_MID_MAX_BYTES on 2^k ranks, else ring), ring, rabenseifner, twostep, rd or direct")     \
+      "RCC_MID_MAX_BYTES on 2^k ranks, else ring), ring, rabenseifner, twostep, rd, direct or "    \
+      "star")                                                                                      \
     X(SMALL_MAX_BYTES, INT, "8K", 0, 1ll << 30,                                                    \
       "largest allreduce (bytes per rank) that auto runs by recursive doubling")                   \
     X(MID_MAX_BYTES, INT, "2M", 0, 1ll << 40,                                                      \

@@ -8,6 +8,12 @@
  *                 its input to rank q and folds the blocks it gets (its own
  *                 block) in rank order, then sends that result to every
  *                 other (2n(n-1) messages of a block each)
+ *  star           two rounds through one rank, the root: every other rank
+ *                 sends it its input, and it folds them in rank order and
+ *                 sends the result to every other (2(n-1) messages, the
+ *                 fewest of all; the root changes from one operation to the
+ *                 next, by sequence number, so that no rank does all the
+ *                 sending)
  *  rd             recursive doubling: log2(p) rounds, the whole buffer each
  *  rabenseifner   reduce-scatter by recursive halving, then allgather by
  *                 recursive doubling: 2 log2(p) rounds moving the ring's
@@ -35,11 +41,11 @@
 static const struct {
     const char *name;
     rcci_allreduce_algo_t algo;
-} algo_names[] = {{"ring", RCCI_ALLREDUCE_RING},
-                  {"rabenseifner", RCCI_ALLREDUCE_RABENSEIFNER},
-                  {"rd", RCCI_ALLREDUCE_RD},
-                  {"direct", RCCI_ALLREDUCE_DIRECT},
-                  {"twostep", RCCI_ALLREDUCE_TWOSTEP}};
+} algo_names[] = {
+    {"ring", RCCI_ALLREDUCE_RING},       {"rabenseifner", RCCI_ALLREDUCE_RABENSEIFNER},
+    {"rd", RCCI_ALLREDUCE_RD},           {"direct", RCCI_ALLREDUCE_DIRECT},
+    {"twostep", RCCI_ALLREDUCE_TWOSTEP}, {"star", RCCI_ALLREDUCE_STAR},
+};
 
 int rcci_allreduce_algo_named(const char *name, rcci_allreduce_algo_t *algo)
 {
@@ -123,6 +129,47 @@ static int direct_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t 
         rcci_reduce(q == n - 1 ? (char *)op->recvbuf : acc, acc, a->tmp + (size_t)q * bytes,
                     op->count, op->dtype, op->redop, q == n - 1 && op->redop == RCC_AVG ? n : 1);
     return 1;
+}
+
+/* ---- star: gathered, folded and sent back by one rank ---------------------- */
+
+static int star_root(const rcci_op_t *op, int n) { return (int)(op->seq % (uint32_t)n); }
+
+static int star_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t *msgs, int *nmsgs)
+{
+    rounds_t *a = state;
+    const rcci_op_t *op = a->op;
+    int n = comm->nranks, r = comm->rank, root = star_root(op, n), k = 0;
+    size_t bytes = op->count * a->esize;
+    switch (++a->round) {
+    case 0:
+        if (r != root) { /* one round: the result comes only after the input has arrived */
+            add_msg(msgs, &k, root, 1, op->sendbuf == op->recvbuf ? a->tmp : op->sendbuf, bytes);
+            add_msg(msgs, &k, root, 0, op->recvbuf, bytes);
+            break;
+        }
+        for (int step = 1; step < n; step++) {
+            int q = (root + step) % n;
+            add_msg(msgs, &k, q, 0, a->tmp + (size_t)q * bytes, bytes);
+        }
+        break;
+    case 1: {
+        if (r != root)
+            return 1;
+        memcpy(a->tmp + (size_t)r * bytes, op->sendbuf, bytes);
+        char *acc = a->tmp; /* rank 0's input accumulates */
+        for (int q = 1; q < n; q++)
+            rcci_reduce(q == n - 1 ? (char *)op->recvbuf : acc, acc, a->tmp + (size_t)q * bytes,
+                        op->count, op->dtype, op->redop,
+                        q == n - 1 && op->redop == RCC_AVG ? n : 1);
+        for (int step = 1; step < n; step++)
+            add_msg(msgs, &k, (root + step) % n, 1, op->recvbuf, bytes);
+        break;
+    }
+    default: return 1;
+    }
+    *nmsgs = k;
+    return 0;
 }
 
 /* ---- two steps: reduce-scatter and allgather by direct exchange ------------ */
@@ -279,7 +326,8 @@ rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
     /* direct: every rank's input; twostep: every rank's part of this rank's
      * block; the others: the fold's whole input (rabenseifner's rounds need
      * at most half) */
-    size_t tmp_bytes = algo == RCCI_ALLREDUCE_DIRECT    ? (size_t)n * bytes
+    int star_root_here = algo == RCCI_ALLREDUCE_STAR && star_root(op, n) == r;
+    size_t tmp_bytes = algo == RCCI_ALLREDUCE_DIRECT || star_root_here ? (size_t)n * bytes
                        : algo == RCCI_ALLREDUCE_TWOSTEP ? (size_t)n * (op->count / n + 1) * esize
                                                         : bytes;
     rounds_t *a = malloc(sizeof *a + tmp_bytes);
@@ -295,6 +343,12 @@ rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
         memcpy(a->tmp + (size_t)r * bytes, op->sendbuf, bytes);
         return rcci_p2p_rounds_start(comm, op, "allreduce (direct exchange)", direct_next, a,
                                      2 * (n - 1), exec);
+    }
+    if (algo == RCCI_ALLREDUCE_STAR) {
+        if (!star_root_here && op->sendbuf == op->recvbuf) /* the result lands on it */
+            memcpy(a->tmp, op->sendbuf, bytes);
+        return rcci_p2p_rounds_start(comm, op, "allreduce (star)", star_next, a,
+                                     n - 1 > 2 ? n - 1 : 2, exec);
     }
     if (algo == RCCI_ALLREDUCE_TWOSTEP)
         return rcci_p2p_rounds_start(comm, op, "allreduce (two steps)", twostep_next, a,

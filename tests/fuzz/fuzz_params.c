@@ -75,7 +75,7 @@ static void check_size(const char *text, int64_t min, int64_t max)
 
 static void check_algo(const char *text)
 {
-    static const char *const names[] = {"ring", "rabenseifner", "rd", "direct", "twostep"};
+    static const char *const names[] = {"ring", "rabenseifner", "rd", "direct", "twostep", "star"};
     enum { NAMES = sizeof names / sizeof names[0] };
     static rcci_allreduce_algo_t seen[NAMES];
     static int have[NAMES];

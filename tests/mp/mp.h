@@ -17,7 +17,7 @@
  * million or more; smaller counts stay as they are. */
 int mp_quick(void);
 size_t mp_scaled(size_t n);
-/* RCC_TEST_MAX_RANKS=N (the TSan and valgrind runs): mp_run passes runs of
+/* RCC_TEST_MAX_RANKS=N (the sanitizer and valgrind runs): mp_run passes runs of
  * more than N ranks without running them. */
 int mp_max_ranks(void);
 

@@ -307,6 +307,7 @@ START_TEST(identical_bits)
     ck_assert_int_eq(mp_run(_i, rank_identical_bits, "rd", 300), 0);
     ck_assert_int_eq(mp_run(_i, rank_identical_bits, "rabenseifner", 300), 0);
     ck_assert_int_eq(mp_run(_i, rank_identical_bits, "twostep", 300), 0);
+    ck_assert_int_eq(mp_run(_i, rank_identical_bits, "star", 300), 0);
 }
 END_TEST
 
@@ -345,6 +346,11 @@ START_TEST(twostep_algorithm_forced)
 END_TEST
 
 START_TEST(rd_algorithm_forced) { ck_assert_int_eq(mp_run(_i, rank_algorithms, "rd", 300), 0); }
+END_TEST
+
+/* The root moves with each operation: the checks in a row give every rank
+ * that part. */
+START_TEST(star_algorithm_forced) { ck_assert_int_eq(mp_run(_i, rank_algorithms, "star", 300), 0); }
 END_TEST
 
 START_TEST(direct_algorithm_forced)
@@ -692,15 +698,23 @@ static Suite *allreduce_suite(void)
     tcase_add_loop_test(tc, small_chunks, 2, 6);
     tcase_add_loop_test(tc, back_to_back_1000, 1, 6);
     tcase_add_loop_test(tc, two_communicators, 1, 6);
-    tcase_add_loop_test(tc, identical_bits, 2, 7);
-    tcase_add_loop_test(tc, ring_algorithm_forced, 1, 6);
-    tcase_add_loop_test(tc, rd_algorithm_forced, 1, 9);
-    tcase_add_loop_test(tc, rabenseifner_algorithm_forced, 1, 9);
-    tcase_add_loop_test(tc, twostep_algorithm_forced, 1, 9);
-    tcase_add_loop_test(tc, direct_algorithm_forced, 1, 6);
     tcase_add_loop_test(tc, adjacent_fusion, 1, 6);
     tcase_add_test(tc, more_than_2g_elements);
     suite_add_tcase(s, tc);
+    /* The algorithms above the transports (their messages are point-to-point
+     * ones): tagged, so that the runs over other transports can leave them
+     * out (CK_EXCLUDE_TAGS=algorithms, tests/meson.build). */
+    TCase *algos = tcase_create("algorithms");
+    tcase_set_tags(algos, "algorithms");
+    tcase_set_timeout(algos, 900);
+    tcase_add_loop_test(algos, identical_bits, 2, 7);
+    tcase_add_loop_test(algos, ring_algorithm_forced, 1, 6);
+    tcase_add_loop_test(algos, rd_algorithm_forced, 1, 9);
+    tcase_add_loop_test(algos, rabenseifner_algorithm_forced, 1, 9);
+    tcase_add_loop_test(algos, twostep_algorithm_forced, 1, 9);
+    tcase_add_loop_test(algos, direct_algorithm_forced, 1, 6);
+    tcase_add_loop_test(algos, star_algorithm_forced, 1, 9);
+    suite_add_tcase(s, algos);
     TCase *errors = tcase_create("errors");
     tcase_set_timeout(errors, 300);
     tcase_add_test(errors, bad_arguments);
