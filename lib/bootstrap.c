@@ -32,6 +32,7 @@
 #define BS_MSG_FAILED 0x4c494652u /* "RFIL" */
 #define BS_NOTICE_TEXT 400
 #define BS_NOTICE_NS (1000ll * 1000000) /* for the rest of a notice already sent */
+#define BS_TAKE_PREV_NS (200ll * 1000000) /* a failing rank takes its previous rank's edge */
 
 struct rcci_bootstrap {
     int rank, nranks;
@@ -673,6 +674,23 @@ void rcci_bootstrap_fail(rcci_bootstrap_t *bs, const char *why)
     bs_put32(msg + 4, (uint32_t)(4 + len));
     bs_put32(msg + BS_MSG_HEAD, (uint32_t)origin);
     memcpy(msg + BS_MSG_HEAD + 4, text, len);
+    /* Failing while the ring forms (its next rank, the root, gone): the
+     * previous rank may have connected already, its ring edge waiting in
+     * this rank's backlog, and would learn only that the connection was
+     * reset. Take that edge, briefly, to tell it why. Its own failure does
+     * not matter: the thread's error stays this one. */
+    if (bs->prev_fd < 0 && bs->acceptor && bs->peers) {
+        char saved_text[RCCI_ERR_TEXT_BYTES], saved_cause[RCCI_ERR_TEXT_BYTES];
+        snprintf(saved_text, sizeof saved_text, "%s", rcci_tls_error());
+        snprintf(saved_cause, sizeof saved_cause, "%s", rcci_tls_cause());
+        rcci_hello_t got;
+        int prev = (bs->rank + bs->nranks - 1) % bs->nranks;
+        if (rcci_acceptor_accept(bs->acceptor, RCCI_HELLO_BOOTSTRAP, prev, 0,
+                                 rcci_now_ns() + BS_TAKE_PREV_NS, &bs->prev_fd,
+                                 &got) != RCC_SUCCESS)
+            bs->prev_fd = -1;
+        rcci_tls_error_restore(saved_text, saved_cause);
+    }
     /* Best effort and at once: a few hundred bytes fit any socket buffer,
      * and a rank that is failing waits for nobody. */
     ssize_t w = 0;

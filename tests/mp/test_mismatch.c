@@ -57,6 +57,7 @@ typedef struct {
     rcc_result_t res[MAX_RANKS];
     double took[MAX_RANKS];
     char text[MAX_RANKS][1024];
+    int warmed; /* ranks whose warm-up allreduce returned */
 } area_t;
 
 static rcc_result_t run_call(const call_t *c, int nranks, rcc_comm_t comm)
@@ -99,6 +100,15 @@ static int rank_mismatch(int rank, int n, void *arg)
     if (res != RCC_SUCCESS || sum != n)
         MP_FAIL("warm-up allreduce: %s (sum %d): %s", rcc_result_name(res), sum,
                 rcc_last_error(comm));
+    /* Nobody goes on before every warm-up returned: a rank whose part of it
+     * is still on its way (a connection being made) would otherwise fail it
+     * with the mismatch the others find next. */
+    __atomic_add_fetch(&area->warmed, 1, __ATOMIC_SEQ_CST);
+    for (double until = td_now_s() + 30; __atomic_load_n(&area->warmed, __ATOMIC_SEQ_CST) < n;)
+        if (td_now_s() > until)
+            MP_FAIL("rank %d: the others' warm-up allreduces did not return in 30 s", rank);
+        else
+            usleep(1000);
     if (rank != c->odd_rank && c->common_delay_ms)
         usleep((useconds_t)c->common_delay_ms * 1000);
     double t0 = td_now_s();
