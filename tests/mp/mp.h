@@ -12,7 +12,8 @@
 #include "ringcc.h"
 
 /* RCC_TEST_QUICK=1 (set by the sanitizer and valgrind runs of
- * tools/test-all): every case runs, with its large buffers cut down.
+ * tools/test-all, and for the mp_*_verbsim tests): every case runs, with
+ * its large buffers cut down.
  * mp_scaled(n) is n, or n / 16 (odd when n is) in quick mode for n of a
  * million or more; smaller counts stay as they are. */
 int mp_quick(void);
