@@ -108,6 +108,18 @@ static void add_msg(rcci_p2p_msg_t *msgs, int *k, int peer, int is_send, const v
 
 /* ---- direct exchange --------------------------------------------------- */
 
+/* Every rank's input, in rank order in tmp, folded into the output (rank
+ * 0's block accumulates): direct's and star's reduction. */
+static void fold_inputs(rounds_t *a, int n)
+{
+    const rcci_op_t *op = a->op;
+    size_t bytes = op->count * a->esize;
+    char *acc = a->tmp;
+    for (int q = 1; q < n; q++)
+        rcci_reduce(q == n - 1 ? (char *)op->recvbuf : acc, acc, a->tmp + (size_t)q * bytes,
+                    op->count, op->dtype, op->redop, q == n - 1 && op->redop == RCC_AVG ? n : 1);
+}
+
 static int direct_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t *msgs, int *nmsgs)
 {
     rounds_t *a = state;
@@ -124,10 +136,7 @@ static int direct_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t 
         *nmsgs = k;
         return 0;
     }
-    char *acc = a->tmp; /* rank 0's block accumulates */
-    for (int q = 1; q < n; q++)
-        rcci_reduce(q == n - 1 ? (char *)op->recvbuf : acc, acc, a->tmp + (size_t)q * bytes,
-                    op->count, op->dtype, op->redop, q == n - 1 && op->redop == RCC_AVG ? n : 1);
+    fold_inputs(a, n);
     return 1;
 }
 
@@ -157,11 +166,7 @@ static int star_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t *m
         if (r != root)
             return 1;
         memcpy(a->tmp + (size_t)r * bytes, op->sendbuf, bytes);
-        char *acc = a->tmp; /* rank 0's input accumulates */
-        for (int q = 1; q < n; q++)
-            rcci_reduce(q == n - 1 ? (char *)op->recvbuf : acc, acc, a->tmp + (size_t)q * bytes,
-                        op->count, op->dtype, op->redop,
-                        q == n - 1 && op->redop == RCC_AVG ? n : 1);
+        fold_inputs(a, n);
         for (int step = 1; step < n; step++)
             add_msg(msgs, &k, (root + step) % n, 1, op->recvbuf, bytes);
         break;
