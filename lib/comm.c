@@ -107,6 +107,7 @@ typedef struct {
     int64_t nsocks_min_bytes; /* RCC_NSOCKS_MIN_BYTES: and deal chunks alike */
     int64_t dev_chunk_bytes;  /* RCC_DEVICE_CHUNK_BYTES: device ring chunks cut alike */
     int32_t dev_pipeline;     /* RCC_DEVICE_PIPELINE, resolved (RCCI_DEVPIPE_*) */
+    int64_t window_bytes;     /* RCC_CUDAIPC_WINDOW_BYTES: a window message each way, or none */
 } comm_peer_t;
 
 /* A setting every rank must share (both ends of an edge act on it). */
@@ -244,6 +245,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     me->nsocks = (int32_t)rcci_param_int(RCCI_PARAM_NSOCKS);
     me->nsocks_min_bytes = rcci_param_int(RCCI_PARAM_NSOCKS_MIN_BYTES);
     me->dev_chunk_bytes = (int64_t)comm->dev_chunk_bytes;
+    me->window_bytes = rcci_param_int(RCCI_PARAM_CUDAIPC_WINDOW_BYTES);
     me->dev_pipeline = rcci_stream_device_pipeline();
     /* A GPU here: device buffers may then move GPU to GPU (devring.c). */
     me->cuda_device = rcci_stream_usable() ? rcci_devapi()->current_device() : -1;
@@ -288,6 +290,8 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
                              me->nsocks_min_bytes, r, comm->rank));
         RCC_CHECK(comm_alike("RCC_DEVICE_CHUNK_BYTES", peers[r].dev_chunk_bytes,
                              me->dev_chunk_bytes, r, comm->rank));
+        RCC_CHECK(comm_alike("RCC_CUDAIPC_WINDOW_BYTES", peers[r].window_bytes, me->window_bytes, r,
+                             comm->rank));
         RCC_CHECK(comm_alike("RCC_DEVICE_PIPELINE (resolved)", peers[r].dev_pipeline,
                              me->dev_pipeline, r, comm->rank));
     }

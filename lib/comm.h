@@ -169,6 +169,7 @@ struct rcc_comm {
      * nconns 0 where an edge has none. */
     rcci_link_t dsend_link, drecv_link;
     int devring_whole; /* every edge of the ring has a device connection (the same on all ranks) */
+    int devring_ipc;   /* ... and every one maps its peer's memory (cudaipc: windows, window.h) */
     uint64_t direct_sends;         /* chunks written straight into the next rank's output */
     /* Registered memory (memreg.h), under reg_lock; sends that went from it
      * without a copy (counted by the engine's driver). */

@@ -106,6 +106,19 @@ typedef struct rcci_devapi {
      * them); called before telling the GPU that such data has landed.
      * NULL: nothing to do (the stand-in GPU). */
     rcc_result_t (*flush_remote_writes)(void);
+    /* -- appended for windows queued at the call (coll/devqueue.c); NULL:
+     * none, and queued operations keep the slots. -- */
+    /* Enqueue: as copy2 and reduce_copy, but the second destination is
+     * decided when the work runs: *at + off where the pointer *at is not
+     * NULL, else dst2. `at` lies in host_alloc memory, stored by the host
+     * before the stream gets here (behind a wait_flag for a flag stored
+     * after it); *at + off lies at the same offset modulo 16 as off. copy2_at
+     * takes dst NULL: only the second destination. */
+    rcc_result_t (*copy2_at)(void *dst, void *dst2, void *const *at, size_t off, const void *src,
+                             size_t bytes, void *stream);
+    rcc_result_t (*reduce_copy_at)(void *dst, void *dst2, void *const *at, size_t off,
+                                   const void *a, const void *b, size_t n, rcc_datatype_t dtype,
+                                   rcc_redop_t op, int divisor, void *stream);
 } rcci_devapi_t;
 
 /* Size of an ipc_alloc handle (CUDA's cudaIpcMemHandle_t is 64 bytes). */

@@ -329,7 +329,7 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
 {
     rcc_result_t res = RCC_SUCCESS;
     int n = comm->nranks, prev = (comm->rank + n - 1) % n;
-    int any = 0, all = 1, send_tr = -1, recv_tr = -1, idx;
+    int any = 0, all = 1, ipc = 1, send_tr = -1, recv_tr = -1, idx;
     char send_why[200] = "", recv_why[200] = "", why[200];
     if (comm->dev_pipeline != RCCI_DEVPIPE_RING &&
         comm->dev_pipeline != RCCI_DEVPIPE_RING_PROGRESS) {
@@ -372,6 +372,7 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
                    devring_gdr_ok(comm, answers, r, idx, why, sizeof why);
         any |= edge;
         all &= edge;
+        ipc &= edge && devring_is_device(rcci_transports[idx]);
     }
     if (send_tr >= 0 &&
         !devring_gdr_ok(comm, answers, comm->rank, send_tr, send_why, sizeof send_why))
@@ -426,6 +427,7 @@ rcc_result_t rcci_devring_connect(struct rcc_comm *comm, const rcci_peer_info_t 
     RCC_CHECK(devring_first_message(comm, deadline));
     RCC_CHECK(devring_chunk_fits(comm));
     comm->devring_whole = all;
+    comm->devring_ipc = all && ipc;
     RCC_INFO("device ring: sends to rank %d %s%s%s, receives from rank %d %s%s%s",
              (comm->rank + 1) % n, send_tr >= 0 ? "via " : "staged through host memory (",
              send_tr >= 0 ? rcci_transports[send_tr]->name : send_why, send_tr >= 0 ? "" : ")",

@@ -28,13 +28,13 @@
       "seconds an operation may wait before a warning names the peers it waits for (repeated "     \
       "at that interval); 0: never")                                                               \
     X(CHUNK_BYTES, INT, "256K", 4096, 1073741824,                                                  \
-      "pipeline chunk size: the unit that flows around the ring (rounded down to a multiple of "  \
+      "pipeline chunk size: the unit that flows around the ring (rounded down to a multiple of "   \
       "64 bytes)")                                                                                 \
     X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \
     X(DEVICE_CHUNK_BYTES, INT, "8M", 4096, 1073741824,                                             \
       "largest chunk of collectives on device buffers (at least 2 per segment where every ring "   \
       "edge moves GPU to GPU, else 8); chunks that fit a cudaipc slot are reduced where they "     \
-      "land (queued on the device ring, each must: at most RCC_CUDAIPC_SLOT_BYTES, or "          \
+      "land (queued on the device ring, each must: at most RCC_CUDAIPC_SLOT_BYTES, or "            \
       "RCC_IB_GDR_SLOT_BYTES over ibverbs); must be the same on every rank")                       \
     X(DEVICE_PIPELINE, INT, "3", 0, 4,                                                             \
       "stream collectives on device buffers: 0 stages every one whole on the caller's stream; 1 "  \
@@ -49,13 +49,12 @@
       "write results into the next rank's slot; 0 copies every message in and out (for "           \
       "comparison, with RCC_DEVICE_PIPELINE=4; queued device rings are always in place)")          \
     X(CUDAIPC_SLOT_BYTES, INT, "8M", 65536, 268435456,                                             \
-      "cudaipc transport: bytes per receive slot (8 per connection, device memory); a message "   \
-      "larger fills several and is copied out of them")                                           \
+      "cudaipc transport: bytes per receive slot (8 per connection, device memory); a message "    \
+      "larger fills several and is copied out of them")                                            \
     X(CUDAIPC_WINDOW_BYTES, INT, "16M", 0, 1ll << 40,                                              \
-      "device ring driven by the progress thread (RCC_DEVICE_PIPELINE=4): allreduces and "         \
-      "allgathers of at least this many bytes write chunks straight into the next rank's output, " \
-      "which it maps by IPC for the operation; smaller ones go through the receive slots; must "   \
-      "be the same on every rank")                                                                 \
+      "device ring over cudaipc: allreduces and allgathers of at least this many bytes write "     \
+      "chunks straight into the next rank's output, which it maps by IPC for the operation; "      \
+      "smaller ones go through the receive slots; must be the same on every rank")                 \
     X(NSOCKS, INT, "2", 1, 8,                                                                      \
       "connections (TCP sockets) per ring edge; the chunks of operations of RCC_NSOCKS_MIN_BYTES " \
       "or more are dealt round-robin over them; must be the same on every rank")                   \
@@ -77,7 +76,7 @@
       "force a transport by name (cudaipc, ibverbs, tcp); default: best per peer")                 \
     X(IB_HCA, STR, "", 0, 0,                                                                       \
       "RDMA device for the verbs transport: NAME or NAME:PORT (prefix match, as NCCL_IB_HCA); "    \
-      "default: the first device with an active port")                                            \
+      "default: the first device with an active port")                                             \
     X(IB_SLOTS, INT, "8", 1, 64, "verbs transport: receive slots per connection and direction")    \
     X(IB_SLOT_BYTES, INT, "512K", 4096, 16777216,                                                  \
       "verbs transport: bytes per receive slot (a message larger fills several)")                  \

@@ -27,10 +27,12 @@
 #include "devqueue.h"
 #include "log.h"
 #include "memreg.h"
+#include "window.h"
 
-enum { F_LANDED, F_FREED, F_CONSUMED, F_STAGED, F_COUNT };
+enum { F_LANDED, F_FREED, F_CONSUMED, F_STAGED, F_WINDOW, F_WROTE, F_UNMAPPED, F_COUNT };
 #define DEVQ_FLAG_STRIDE 64 /* a cache line each: the host and the GPU write different ones */
-#define DEVQ_FLAGS_BYTES (F_COUNT * DEVQ_FLAG_STRIDE)
+/* The flags, then the next rank's window as the GPU reads it (a pointer). */
+#define DEVQ_FLAGS_BYTES ((F_COUNT + 1) * DEVQ_FLAG_STRIDE)
 /* Stored by rcci_devq_release: past every value a wait of the operation
  * asks for (items are far fewer), as the waits compare cyclically. */
 #define DEVQ_RUN_THROUGH 0x40000000u
@@ -62,6 +64,16 @@ struct rcci_devq {
     int64_t last_progress_ns;
     void *end_event; /* recorded after all its GPU work */
     int end_recorded;
+    /* Windows (window.h), over the host ring's connections: the sends whose
+     * receive lands in the next rank's output are written there, at the
+     * address the progress thread stores in *wptr (NULL: into their slots)
+     * before "window"; this rank's operation ends only after "unmapped". */
+    rcci_window_t win;
+    void **wptr;
+    volatile uint32_t *start; /* the caller's stream has reached the call: >= ticket */
+    uint32_t ticket;
+    int gated, wstored, ustored;
+    size_t ndirect; /* sends queued toward the next rank's output */
 };
 
 static size_t devq_flags_offset(size_t slots, size_t chunk)
@@ -124,6 +136,23 @@ static int q_from_slot(const rcci_devq_t *q, size_t s)
     return q->sfrom[s] == q_send_slot(q, s);
 }
 
+/* Where send s of `count` elements lands in the next rank's output, as an
+ * offset there, when it may be written there (SIZE_MAX: into its slot). */
+static size_t q_window_offset(rcci_devq_t *q, size_t s, size_t count)
+{
+    return q->win.on ? rcci_window_offset(&q->win, s, count) : SIZE_MAX;
+}
+
+/* Before the first work that writes through *wptr: the progress thread
+ * has stored it (once the next rank's window is mapped, or it has none). */
+static rcc_result_t q_window_gate(rcci_devq_t *q, void *stream)
+{
+    if (q->gated)
+        return RCC_SUCCESS;
+    q->gated = 1;
+    return q_wait(q, stream, F_WINDOW, 1);
+}
+
 /* Send slot s % slots is written only once send s - slots has left. */
 static rcc_result_t q_slot_free(rcci_devq_t *q, void *stream, size_t s)
 {
@@ -142,9 +171,16 @@ static rcc_result_t q_stage_send(struct rcc_comm *comm, rcci_devq_t *q, void *st
         void *slot = NULL;
         if (ss.count == 0)
             return RCC_SUCCESS;
+        size_t off = q_window_offset(q, s, ss.count);
         res = q->sl->tr->queue_send(q->sl->conns[0], stream, bytes, &slot);
-        if (res == RCC_SUCCESS)
+        if (res == RCC_SUCCESS && off != SIZE_MAX) { /* the next rank's output, or its slot */
+            res = q_window_gate(q, stream);
+            if (res == RCC_SUCCESS)
+                res = q->dev->copy2_at(NULL, slot, q->wptr, off, ss.src, bytes, stream);
+            q->ndirect++;
+        } else if (res == RCC_SUCCESS) {
             res = q->dev->copy(slot, ss.src, bytes, stream);
+        }
         return res == RCC_SUCCESS ? q->sl->tr->queue_commit(q->sl->conns[0], stream, bytes,
                                                             &q->qtag, &q->sticket[s])
                                   : res;
@@ -192,15 +228,21 @@ static rcc_result_t q_land(struct rcc_comm *comm, rcci_devq_t *q, void *stream, 
     if (res != RCC_SUCCESS)
         return res;
     char *fwd = NULL;
+    size_t off = SIZE_MAX; /* fwd's: where in the next rank's output it may go instead */
     if (*next < q->sched.nsend) {
         rcci_send_step_t ss;
         rcci_schedule_send(&q->sched, *next, &ss);
         int forwards =
             ss.dep == (long)r && ss.src == (rs.local ? rs.out : rs.dst) && ss.count == rs.count;
-        if (forwards && q->sq) { /* straight into the next rank's slot */
+        if (forwards && q->sq) { /* straight into the next rank's slot (or output) */
             void *slot = NULL;
             res = q->sl->tr->queue_send(q->sl->conns[0], stream, bytes, &slot);
             fwd = slot;
+            off = q_window_offset(q, *next, ss.count);
+            if (res == RCC_SUCCESS && off != SIZE_MAX) {
+                res = q_window_gate(q, stream);
+                q->ndirect++;
+            }
         } else if (forwards) {
             q_route(comm, q, *next, &ss);
             if (q_from_slot(q, *next)) {
@@ -210,9 +252,20 @@ static rcc_result_t q_land(struct rcc_comm *comm, rcci_devq_t *q, void *stream, 
         }
     }
     const rcci_devapi_t *dev = q->dev;
+    void *const *at = off != SIZE_MAX ? q->wptr : NULL;
     if (res != RCC_SUCCESS)
         return res;
-    if (!rs.local) {
+    /* The previous rank wrote it into this rank's output itself (window):
+     * nothing to copy, and a forwarding send goes from there. */
+    if (!rs.local && q->win.offered) {
+        if (fwd)
+            res = dev->copy2_at(NULL, fwd, at, off, rs.dst, bytes, stream);
+    } else if (at && !rs.local) {
+        res = dev->copy2_at(rs.dst, fwd, at, off, in, bytes, stream);
+    } else if (at) {
+        res = dev->reduce_copy_at(rs.forward_only ? NULL : rs.out, fwd, at, off, rs.local, in,
+                                  rs.count, op->dtype, op->redop, rs.divisor, stream);
+    } else if (!rs.local) {
         if (fwd && dev->copy2) {
             res = dev->copy2(rs.dst, fwd, in, bytes, stream);
         } else {
@@ -286,6 +339,7 @@ static rcc_result_t q_alloc(struct rcc_comm *comm, rcci_op_t *op, const rcci_dev
     memset(flags, 0, DEVQ_FLAGS_BYTES); /* the area's last user is done with it (stream.c) */
     for (int f = 0; f < F_COUNT; f++)
         q->flag[f] = (volatile uint32_t *)(flags + (size_t)f * DEVQ_FLAG_STRIDE);
+    q->wptr = (void **)(flags + (size_t)F_COUNT * DEVQ_FLAG_STRIDE);
     size_t nsend = q->sched.nsend ? q->sched.nsend : 1;
     q->sfrom = calloc(nsend, sizeof *q->sfrom);
     q->smr = calloc(nsend, sizeof *q->smr);
@@ -295,6 +349,12 @@ static rcc_result_t q_alloc(struct rcc_comm *comm, rcci_op_t *op, const rcci_dev
     q->rticket = calloc(q->sched.nrecv ? q->sched.nrecv : 1, sizeof *q->rticket);
     if (!q->sfrom || !q->smr || !q->sreq || !q->rreq || !q->sticket || !q->rticket)
         return rcci_error(RCC_ERR_NO_MEMORY, "device operation state");
+    /* Windows where the whole device ring maps its peers' memory (then
+     * every rank's edges are queued on it) and the GPU reads a destination
+     * when it runs; the messages go over the host ring, idle meanwhile. */
+    if (q->sq && q->rq && dev->copy2_at && dev->reduce_copy_at)
+        return rcci_window_begin(comm, op, &q->sched, dev, 1, &comm->send_link, &comm->recv_link,
+                                 &q->win);
     return RCC_SUCCESS;
 }
 
@@ -304,6 +364,8 @@ rcc_result_t rcci_devq_queue(struct rcc_comm *comm, rcci_op_t *op, const rcci_de
 {
     rcc_result_t res = q_alloc(comm, op, dev, pinned, dscratch, out);
     rcci_devq_t *q = *out;
+    if (q)
+        q->start = start, q->ticket = ticket;
     if (res == RCC_SUCCESS)
         res = dev->event_create(&q->end_event);
     if (res != RCC_SUCCESS)
@@ -325,6 +387,14 @@ rcc_result_t rcci_devq_queue(struct rcc_comm *comm, rcci_op_t *op, const rcci_de
     /* Its slots are done with once every send has left. */
     if (res == RCC_SUCCESS && q->sched.nsend > 0 && !q->sq)
         res = q_wait(q, stream, F_FREED, q->sched.nsend);
+    /* Its writes into the next rank's output have run (not the peer's
+     * counters: after a failure its stores run through), then its own
+     * output, once the previous rank has unmapped it (window.h). In this
+     * order on every rank, so no rank's wait holds up its own "wrote". */
+    if (res == RCC_SUCCESS && q->win.on)
+        res = q_write(q, stream, F_WROTE, 1);
+    if (res == RCC_SUCCESS && q->win.offered)
+        res = q_wait(q, stream, F_UNMAPPED, 1);
     if (res == RCC_SUCCESS)
         res = dev->event_record(q->end_event, stream);
     q->end_recorded = res == RCC_SUCCESS;
@@ -367,6 +437,41 @@ static rcc_result_t devq_reap(struct rcc_comm *comm, rcci_devq_t *q, int sends, 
         (*done)++;
         flag_store(q, sends ? F_FREED : F_LANDED, *done);
         *progressed = 1;
+    }
+    return RCC_SUCCESS;
+}
+
+/* The window messages (window.h): this rank's once its stream has reached
+ * the operation (the previous rank may write into its output from then
+ * on), then the flags the GPU waits for: the next rank's window stored,
+ * and the previous rank's "unmapped". */
+static rcc_result_t devq_window(struct rcc_comm *comm, rcci_devq_t *q, int *progressed)
+{
+    rcci_window_t *w = &q->win;
+    rcc_result_t res = RCC_SUCCESS;
+    if (!w->on)
+        return RCC_SUCCESS;
+    if (!w->posted && (int32_t)(__atomic_load_n(q->start, __ATOMIC_ACQUIRE) - q->ticket) >= 0) {
+        res = rcci_window_post(comm, w, &q->tag);
+        *progressed = 1;
+    }
+    if (res == RCC_SUCCESS)
+        res = rcci_window_advance(comm, w, &q->tag, flag_load(q, F_WROTE) != 0, 1, 1, progressed);
+    if (res != RCC_SUCCESS)
+        return res;
+    if (!q->wstored && w->posted && rcci_window_known(w)) {
+        __atomic_store_n(q->wptr, (void *)w->next, __ATOMIC_RELEASE);
+        flag_store(q, F_WINDOW, 1);
+        q->wstored = *progressed = 1;
+        if (w->next) {
+            comm->direct_sends += q->ndirect; /* tests read it */
+            RCC_TRACE("op #%u: %zu chunks go straight into rank %d's output", q->op->seq,
+                      q->ndirect, q->sl->peer);
+        }
+    }
+    if (!q->ustored && rcci_window_released(w)) {
+        flag_store(q, F_UNMAPPED, 1);
+        q->ustored = *progressed = 1;
     }
     return RCC_SUCCESS;
 }
@@ -420,6 +525,8 @@ rcc_result_t rcci_devq_advance(struct rcc_comm *comm, rcci_devq_t *q, int *progr
         return res;
     if (q->sq && (res = devq_test_queued(comm, q, 1, progressed)) != RCC_SUCCESS)
         return res;
+    if ((res = devq_window(comm, q, progressed)) != RCC_SUCCESS)
+        return res;
     if (!q->rq && (res = devq_reap(comm, q, 0, progressed)) != RCC_SUCCESS)
         return res;
     /* Into slots the GPU has read. */
@@ -458,7 +565,8 @@ rcc_result_t rcci_devq_advance(struct rcc_comm *comm, rcci_devq_t *q, int *progr
     int64_t now = rcci_now_ns();
     if (*progressed)
         q->last_progress_ns = now;
-    *done = q->recv_done == q->sched.nrecv && q->send_done == q->sched.nsend;
+    *done = q->recv_done == q->sched.nrecv && q->send_done == q->sched.nsend &&
+            rcci_window_over(&q->win);
     if (*done)
         return RCC_SUCCESS;
     /* Waiting for the GPU's flags, which epoll cannot see: soon where this
@@ -467,8 +575,11 @@ rcc_result_t rcci_devq_advance(struct rcc_comm *comm, rcci_devq_t *q, int *progr
      * which the GPUs move: this thread only watches). */
     int host_moves = (q->sq && (q->sl->tr->caps & RCCI_CAP_QUEUED_DEVICE)) ||
                      (q->rq && (q->rl->tr->caps & RCCI_CAP_QUEUED_DEVICE));
+    /* The GPU may wait for the next rank's window: soon as well. */
+    int window_pending = q->win.on && !q->wstored;
     if ((q->send_posted < q->sched.nsend && q->send_posted == staged) ||
-        (q->recv_posted < q->sched.nrecv && q->recv_posted == consumed + q->slots) || host_moves)
+        (q->recv_posted < q->sched.nrecv && q->recv_posted == consumed + q->slots) || host_moves ||
+        window_pending)
         rcci_poll_within(comm, RCCI_POLL_GPU_ACT_US);
     else if (q->sq || q->rq)
         rcci_poll_within(comm, RCCI_POLL_WATCH_US);
@@ -489,6 +600,9 @@ void rcci_devq_release(rcci_devq_t *q)
         return;
     flag_store(q, F_LANDED, DEVQ_RUN_THROUGH);
     flag_store(q, F_FREED, DEVQ_RUN_THROUGH);
+    /* *wptr as it is: a window stays mapped until the work has run. */
+    flag_store(q, F_WINDOW, DEVQ_RUN_THROUGH);
+    flag_store(q, F_UNMAPPED, DEVQ_RUN_THROUGH);
     if (q->sq && q->sl->conns[0])
         q->sl->tr->queue_abort(q->sl->conns[0]);
     if (q->rq && q->rl->conns[0])
@@ -509,6 +623,7 @@ void rcci_devq_free(struct rcc_comm *comm, rcci_devq_t *q)
         ended = 0;
     if (q->end_event && ended)
         q->dev->event_destroy(q->end_event);
+    rcci_window_end(&q->win, ended);
     rcci_tls_error_set(error);
     rcci_memreg_drop(comm, &q->held);
     free(q->sfrom);
@@ -529,6 +644,11 @@ void rcci_devq_waiting_for(struct rcc_comm *comm, const rcci_devq_t *q, char *bu
         rcci_bootstrap_peer_name(comm->bootstrap, q->rl->peer, peer, sizeof peer);
         n += (size_t)snprintf(buf, size, "%s (receive %zu of %zu%s)", peer, q->recv_done + 1,
                               q->sched.nrecv, q->rq ? ", over the device ring" : "");
+    }
+    if (q->win.on && !q->wstored && n < size) {
+        rcci_bootstrap_peer_name(comm->bootstrap, q->sl->peer, peer, sizeof peer);
+        n += (size_t)snprintf(buf + n, size - n, "%s%s (where its output is: its window)",
+                              n ? ", " : "", peer);
     }
     if (q->send_done < q->sched.nsend && n < size) {
         /* Device ring: this GPU writes the next rank's slot once that rank's

@@ -25,6 +25,11 @@
  *   freed    host -> GPU   sends 0..freed-1 have left (their slots are free)
  *   consumed GPU -> host   receive slots 0..consumed-1 have been read
  *   staged   GPU -> host   sends 0..staged-1 are ready to go
+ * and, where the operation exchanges windows (coll/window.h):
+ *   window   host -> GPU   the next rank's output is mapped (or it has none):
+ *                          the address the GPU reads is stored
+ *   wrote    GPU -> host   every write into the next rank's output has run
+ *   unmapped host -> GPU   the previous rank has unmapped this rank's output
  */
 #ifndef RINGCC_DEVQUEUE_H
 #define RINGCC_DEVQUEUE_H

@@ -37,6 +37,7 @@
 #include "params.h"
 #include "reduce.h"
 #include "schedule.h"
+#include "window.h"
 
 struct rcci_exec {
     rcci_op_t *op;
@@ -76,24 +77,11 @@ struct rcci_exec {
     size_t chunk_bytes;  /* device: the chunk (and slot) size it runs with */
     const void **rview;  /* per slot: where an in-place receive lies (NULL: not in place) */
     unsigned char *rinplace; /* per slot: the receive was posted in place (its slot is released) */
-    /* Windows (docs/cuda.md): on a whole device ring, each rank tells the
-     * previous one where its output is (an IPC handle and offset, over the
-     * reverse direction of their connection), and sends whose receive
-     * lands in the next rank's output are written there (RCCI_SEND_DIRECT). */
-    int window;                           /* this operation exchanges windows (alike on all ranks) */
-    struct pipe_window_msg *wmine, *wtheirs;
-    rcci_request_t *wsreq, *wrreq;
-    char *wbase;            /* the next rank's allocation, mapped for this operation only */
-    char *wnext;            /* the next rank's recvbuf in it; NULL: not (yet) mapped */
-    /* The end of the windows: "unmapped", to the next rank once this rank
-     * is done writing into its output (and has unmapped it), and from the
-     * previous rank, without which this operation does not end (its caller
-     * may free the output once it has, and CUDA forbids freeing memory that
-     * another process still has open). */
-    uint32_t *wack; /* [0] sent, [1] received: heap, as the window messages */
-    rcci_request_t *wasreq, *warreq;
-    int wack_sent, wack_posted;
-    rcci_schedule_t nsched; /* the next rank's schedule, on this rank's buffers: offsets */
+    /* Windows (window.h): on a whole device ring, each rank tells the
+     * previous one where its output is (over the reverse direction of their
+     * connection), and sends whose receive lands in the next rank's output
+     * are written there (RCCI_SEND_DIRECT). */
+    rcci_window_t win;
     void *start_ev;
     int started;
     int ended; /* advance reported it done: nothing of it is left on the GPU */
@@ -313,8 +301,6 @@ static rcc_result_t pipe_reap(struct rcc_comm *comm, rcci_exec_t *x, int sends, 
 
 /* ---- device buffers ------------------------------------------------------ */
 
-static rcc_result_t pipe_window_start(struct rcc_comm *comm, rcci_exec_t *x);
-
 rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op, const rcci_devapi_t *dev,
                                     void *dstream, char *pinned, char *dscratch, char *dslots,
                                     rcci_exec_t **out)
@@ -359,7 +345,13 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op, const 
         if (res == RCC_SUCCESS)
             res = dev->event_create(&x->sev[i]);
     }
-    return res == RCC_SUCCESS ? pipe_window_start(comm, x) : res;
+    if (res != RCC_SUCCESS || !x->sdirect || !x->rdirect)
+        return res;
+    /* In place only: a receive that copies out of its slot would not look
+     * for it elsewhere. */
+    int can_offer = x->rl->tr->inplace_bytes(x->rl->conns[0], 0) > 0;
+    res = rcci_window_begin(comm, op, &x->sched, dev, can_offer, x->sl, x->rl, &x->win);
+    return res == RCC_SUCCESS ? rcci_window_post(comm, &x->win, &x->tag) : res;
 }
 
 /* An event of a step with data: ready (1) or not yet (0). */
@@ -367,218 +359,6 @@ static rcc_result_t dev_ready(rcci_exec_t *x, void *event, size_t count, int *re
 {
     *ready = 1;
     return count > 0 ? x->dev->event_query(event, ready) : RCC_SUCCESS;
-}
-
-/* ---- windows: writing into the next rank's output -------------------------- */
-
-/* Operations of RCC_CUDAIPC_WINDOW_BYTES or more exchange windows: two
- * messages each way, and the next rank's output mapped and unmapped again
- * (cudaIpcOpenMemHandle is not cheap, so small operations go through the
- * slots, in place; a mapping cannot be kept for later operations, since
- * the buffer's owner may free it once its operation has ended). */
-#define PIPE_WINDOW_MAGIC 0x574e4457u /* "WDNW" */
-#define PIPE_UNMAPPED_MAGIC 0x504d4e55u /* "UNMP" */
-
-struct pipe_window_msg {
-    uint32_t magic, ok; /* ok 0: no window (this rank's output cannot be exported) */
-    uint64_t offset;
-    uint64_t bytes; /* the operation's output, which the window must be */
-    uint8_t handle[RCCI_IPC_HANDLE_BYTES];
-};
-
-/* The peer's allocation behind `handle`, mapped, and its size. */
-static rcc_result_t pipe_window_map(const rcci_devapi_t *dev, const uint8_t *handle, char **base,
-                                    size_t *bytes)
-{
-    void *p;
-    rcc_result_t res = dev->ipc_open(handle, &p);
-    if (res != RCC_SUCCESS)
-        return res;
-    if ((res = dev->ipc_size(p, bytes)) != RCC_SUCCESS) {
-        dev->ipc_close(p);
-        return res;
-    }
-    *base = p;
-    return RCC_SUCCESS;
-}
-
-/* Unmaps the next rank's output (nothing of this rank writes it any more). */
-static void pipe_window_unmap(rcci_exec_t *x)
-{
-    if (x->wbase)
-        x->dev->ipc_close(x->wbase);
-    x->wbase = x->wnext = NULL;
-}
-
-/* Starts the window exchange of a device operation on a whole device ring
- * where this rank receives in place: the same decision on every rank (a
- * message each way must be expected by its receiver), the window itself
- * "none" where this rank cannot give one. */
-static rcc_result_t pipe_window_start(struct rcc_comm *comm, rcci_exec_t *x)
-{
-    const rcci_op_t *op = x->op;
-    int ring = op->coll == RCCI_COLL_ALLGATHER || (op->coll == RCCI_COLL_ALLREDUCE && !op->rounds);
-    size_t bytes = op->count * x->sched.esize * (op->coll == RCCI_COLL_ALLGATHER ? comm->nranks : 1);
-    size_t min_bytes = (size_t)rcci_param_int(RCCI_PARAM_CUDAIPC_WINDOW_BYTES);
-    if (!comm->devring_whole || !ring || comm->nranks < 2 || bytes < min_bytes || !x->sdirect ||
-        !x->rdirect)
-        return RCC_SUCCESS;
-    x->window = 1;
-    x->wmine = calloc(1, sizeof *x->wmine);
-    x->wtheirs = calloc(1, sizeof *x->wtheirs);
-    x->wack = calloc(2, sizeof *x->wack);
-    if (!x->wmine || !x->wtheirs || !x->wack)
-        return rcci_error(RCC_ERR_NO_MEMORY, "window messages");
-    x->wmine->magic = PIPE_WINDOW_MAGIC;
-    x->wmine->bytes = bytes;
-    size_t offset = 0;
-    char saved[RCCI_ERR_TEXT_BYTES];
-    snprintf(saved, sizeof saved, "%s", rcci_tls_error());
-    /* In place only: a receive that copies out of its slot would not look for it elsewhere. */
-    if (x->rl->tr->inplace_bytes(x->rl->conns[0], 0) > 0 && x->dev->ipc_export &&
-        x->dev->ipc_export(op->recvbuf, x->wmine->handle, &offset) == RCC_SUCCESS) {
-        x->wmine->ok = 1;
-        x->wmine->offset = offset;
-    } else {
-        RCC_TRACE("op #%u: no window for rank %d: %s", op->seq, x->rl->peer, rcci_tls_error());
-        rcci_tls_error_set(saved);
-    }
-    x->nsched = x->sched;
-    x->nsched.rank = (comm->rank + 1) % comm->nranks;
-    rcci_schedule_init(&x->nsched);
-    /* The reverse directions: to the previous rank, from the next one. */
-    rcc_result_t res = x->rl->tr->isend(x->rl->conns[0], x->wmine, sizeof *x->wmine, &x->tag,
-                                        NULL, &x->wsreq);
-    if (res == RCC_SUCCESS)
-        res = x->sl->tr->irecv(x->sl->conns[0], x->wtheirs, sizeof *x->wtheirs, &x->tag, NULL,
-                               &x->wrreq);
-    return res;
-}
-
-/* A failure of the window exchange with `rank`, named as the steps' are. */
-static rcc_result_t pipe_window_fail(struct rcc_comm *comm, rcci_exec_t *x, int rank,
-                                     rcc_result_t res)
-{
-    char peer[128];
-    rcci_bootstrap_peer_name(comm->bootstrap, rank, peer, sizeof peer);
-    rcci_error_prefix("%s #%u, exchanging output windows with %s: ", rcci_coll_name(x->op->coll),
-                      x->op->seq, peer);
-    return res;
-}
-
-/* The next rank's window has come: maps it where it offers one. */
-static rcc_result_t pipe_window_arrived(struct rcc_comm *comm, rcci_exec_t *x)
-{
-    const struct pipe_window_msg *w = x->wtheirs;
-    if (w->magic != PIPE_WINDOW_MAGIC)
-        return pipe_window_fail(comm, x, x->sl->peer,
-                                rcci_error(RCC_ERR_REMOTE, "no window of this version came"));
-    if (w->bytes != x->wmine->bytes) /* writes must stay inside it */
-        return pipe_window_fail(
-            comm, x, x->sl->peer,
-            rcci_error(RCC_ERR_REMOTE, "its window is %llu bytes, this operation's output %llu",
-                       (unsigned long long)w->bytes, (unsigned long long)x->wmine->bytes));
-    if (!w->ok || !x->dev->ipc_size) /* no window, or no way to bound it */
-        return RCC_SUCCESS;
-    size_t mapped = 0;
-    char saved[RCCI_ERR_TEXT_BYTES];
-    snprintf(saved, sizeof saved, "%s", rcci_tls_error());
-    if (pipe_window_map(x->dev, w->handle, &x->wbase, &mapped) != RCC_SUCCESS) {
-        RCC_INFO("op #%u: rank %d's output cannot be mapped here (%s): its chunks go through "
-                 "its slots",
-                 x->op->seq, x->sl->peer, rcci_tls_error());
-        rcci_tls_error_set(saved);
-        return RCC_SUCCESS;
-    }
-    if (w->offset > mapped || w->bytes > mapped - w->offset) /* writes must stay inside it */
-        return pipe_window_fail(
-            comm, x, x->sl->peer,
-            rcci_error(RCC_ERR_REMOTE,
-                       "its window (%llu bytes at offset %llu) reaches past its allocation of %zu "
-                       "bytes",
-                       (unsigned long long)w->bytes, (unsigned long long)w->offset, mapped));
-    x->wnext = x->wbase + w->offset;
-    return RCC_SUCCESS;
-}
-
-/* Tests a window request of `link`; *req NULL once it has ended. */
-static rcc_result_t pipe_window_test(struct rcc_comm *comm, rcci_exec_t *x, const rcci_link_t *link,
-                                     rcci_request_t **req, int *progressed)
-{
-    int done = 0;
-    rcc_result_t res = *req ? link->tr->test(*req, &done) : RCC_SUCCESS;
-    if (res != RCC_SUCCESS || done)
-        *req = NULL, *progressed = 1;
-    return res == RCC_SUCCESS ? RCC_SUCCESS : pipe_window_fail(comm, x, link->peer, res);
-}
-
-/* At the end of an operation that failed: one test of a window request
- * still out, which frees it when it fails or has completed (*req NULL). */
-static void pipe_window_settle(const rcci_link_t *link, rcci_request_t **req)
-{
-    int complete;
-    rcci_coll_test_req(link, req, &complete);
-}
-
-/* The window messages: this rank's window to the previous rank, the next
- * rank's (mapped once it is there); at the end, "unmapped" each way. */
-static rcc_result_t pipe_window_advance(struct rcc_comm *comm, rcci_exec_t *x, int *progressed)
-{
-    int waiting = x->wrreq != NULL;
-    rcc_result_t res = pipe_window_test(comm, x, x->rl, &x->wsreq, progressed);
-    if (res == RCC_SUCCESS)
-        res = pipe_window_test(comm, x, x->sl, &x->wrreq, progressed);
-    if (res == RCC_SUCCESS && waiting && !x->wrreq)
-        res = pipe_window_arrived(comm, x);
-    /* This rank's writes into the next rank's output are done once all its
-     * sends are (a direct send completes when its copy has run). */
-    if (res == RCC_SUCCESS && !x->wack_sent && !x->wrreq && x->send_done == x->sched.nsend) {
-        pipe_window_unmap(x);
-        x->wack[0] = PIPE_UNMAPPED_MAGIC;
-        x->wack_sent = *progressed = 1;
-        res = x->sl->tr->isend(x->sl->conns[0], &x->wack[0], sizeof x->wack[0], &x->tag, NULL,
-                               &x->wasreq);
-        if (res != RCC_SUCCESS)
-            return pipe_window_fail(comm, x, x->sl->peer, res);
-    }
-    /* The previous rank's comes after all its data on the connection. */
-    if (res == RCC_SUCCESS && !x->wack_posted && x->recv_posted == x->sched.nrecv) {
-        x->wack_posted = *progressed = 1;
-        res = x->rl->tr->irecv(x->rl->conns[0], &x->wack[1], sizeof x->wack[1], &x->tag, NULL,
-                               &x->warreq);
-        if (res != RCC_SUCCESS)
-            return pipe_window_fail(comm, x, x->rl->peer, res);
-    }
-    waiting = x->warreq != NULL;
-    if (res == RCC_SUCCESS)
-        res = pipe_window_test(comm, x, x->sl, &x->wasreq, progressed);
-    if (res == RCC_SUCCESS)
-        res = pipe_window_test(comm, x, x->rl, &x->warreq, progressed);
-    if (res == RCC_SUCCESS && waiting && !x->warreq && x->wack[1] != PIPE_UNMAPPED_MAGIC)
-        res = pipe_window_fail(comm, x, x->rl->peer,
-                               rcci_error(RCC_ERR_REMOTE, "no end of its window of this version "
-                                                          "came"));
-    return res;
-}
-
-/* Every window message has gone both ways (or the operation has none). */
-static int pipe_window_over(const rcci_exec_t *x)
-{
-    return !x->window ||
-           (x->wack_sent && x->wack_posted && !x->wsreq && !x->wrreq && !x->wasreq && !x->warreq);
-}
-
-/* Where in the next rank's mapped output send `item` lands, when its
- * receive there is a copy into the output of `count` elements; NULL: not. */
-static char *pipe_window_dst(rcci_exec_t *x, size_t item, size_t count)
-{
-    if (!x->wnext)
-        return NULL;
-    rcci_recv_step_t nrs;
-    rcci_schedule_recv(&x->nsched, item, &nrs);
-    if (nrs.local || !nrs.dst || nrs.count != count)
-        return NULL;
-    return x->wnext + (nrs.dst - (char *)x->op->recvbuf);
 }
 
 /* Where the send that forwards receive `item`'s result goes, when that
@@ -613,7 +393,7 @@ static rcc_result_t pipe_forward_to(struct rcc_comm *comm, rcci_exec_t *x, size_
     rcc_result_t res = x->sl->tr->reserve_send(conn, bytes, &at);
     if (res == RCC_SUCCESS && at) {
         /* Into the next rank's output where it lands there, else its slot. */
-        char *dst = pipe_window_dst(x, x->send_staged, rs->count);
+        char *dst = rcci_window_dst(&x->win, x->send_staged, rs->count);
         *fwd = dst ? dst : at;
         *direct = dst != NULL;
         *fused = 1;
@@ -732,7 +512,8 @@ static rcc_result_t pipe_recvs_device(struct rcc_comm *comm, rcci_exec_t *x, int
     }
     /* The next rank's window first (a message's latency from the start):
      * the work that lands a receive decides where its forwarding send goes. */
-    while (x->recv_landed < x->recv_posted && !x->wrreq) { /* arrived: queue the device work */
+    while (x->recv_landed < x->recv_posted &&
+           rcci_window_known(&x->win)) { /* arrived: queue the device work */
         rcci_recv_step_t step;
         rcci_schedule_recv(&x->sched, x->recv_landed, &step);
         if (step.guard >= 0 && (size_t)step.guard >= x->send_done)
@@ -851,7 +632,11 @@ static rcc_result_t pipe_advance_device(struct rcc_comm *comm, rcci_exec_t *x, i
         if (res != RCC_SUCCESS)
             return res;
     }
-    rcc_result_t res = x->window ? pipe_window_advance(comm, x, progressed) : RCC_SUCCESS;
+    /* This rank's writes into the next rank's output are done once all its
+     * sends are (a direct send completes when its copy has run); the
+     * previous rank's "unmapped" comes after all its data on the connection. */
+    rcc_result_t res = rcci_window_advance(comm, &x->win, &x->tag, x->send_done == x->sched.nsend,
+                                           x->recv_posted == x->sched.nrecv, 0, progressed);
     /* Finished sends first (send_done up to send_posted): their slots may
      * take a reduction that lands below, and their output areas receives. */
     if (res == RCC_SUCCESS)
@@ -932,7 +717,7 @@ check:;
     /* A device operation also waits for its start event: an event must not
      * be destroyed while the stream may still store it. */
     *done = x->recv_done == x->sched.nrecv && x->send_done == x->sched.nsend &&
-            (!x->dev || x->started) && pipe_window_over(x);
+            (!x->dev || x->started) && rcci_window_over(&x->win);
     x->ended = *done;
     if (!*done && now - x->last_progress_ns > comm->timeout_ns) {
         int waiting_recv = x->recv_done < x->sched.nrecv;
@@ -1036,13 +821,8 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
     snprintf(error, sizeof error, "%s", rcci_tls_error());
     if (x->sreq && x->rreq)
         rcci_coll_test_once(x->sl, x->rl, x->sreq, x->rreq, (size_t)comm->slots);
-    pipe_window_settle(x->rl, &x->wsreq);
-    pipe_window_settle(x->sl, &x->wrreq);
-    pipe_window_settle(x->sl, &x->wasreq);
-    pipe_window_settle(x->rl, &x->warreq);
     int drained = !x->dev || x->ended || pipe_device_quiesce(comm, x);
-    if (drained) /* else copies may still write into it: left mapped */
-        pipe_window_unmap(x);
+    rcci_window_end(&x->win, drained);
     rcci_tls_error_set(error);
     for (int i = 0; x->dev && drained && i < comm->slots; i++) {
         if (x->rev && x->rev[i])
@@ -1058,13 +838,6 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
     free(x->rinplace);
     free(x->sfrom);
     free(x->smr);
-    /* A window message still queued is freed with its connection, which a
-     * drained operation has closed; otherwise its buffer must outlive it. */
-    if (drained || (!x->wsreq && !x->wrreq && !x->wasreq && !x->warreq)) {
-        free(x->wmine);
-        free(x->wtheirs);
-        free(x->wack);
-    }
     rcci_memreg_drop(comm, &x->held);
     free(x->sreq);
     free(x->rreq);

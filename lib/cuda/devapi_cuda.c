@@ -492,4 +492,6 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .ipc_size = cuda_ipc_size,
     .dmabuf_export = cuda_dmabuf_export,
     .flush_remote_writes = cuda_flush_remote_writes,
+    .copy2_at = rcci_cuda_copy2_at,
+    .reduce_copy_at = rcci_cuda_reduce_copy_at,
 };

@@ -206,12 +206,16 @@ static __device__ __forceinline__ typename K::S red_apply(typename K::S p, typen
 }
 
 /* What one launch works on: elements [0, head) and [head + nvec * lanes, n) one at a time, the
- * nvec 16-byte vectors in between as vectors. dst2 and (for RED_DIV) b may be NULL. */
+ * nvec 16-byte vectors in between as vectors. dst, dst2 and (for RED_DIV) b may be NULL (not dst
+ * and dst2 both). dst2_at: where dst2 is read when the kernel runs (*dst2_at + dst2_off where
+ * that pointer is not NULL; host memory the host stored before the stream got here). */
 struct RedArgs {
     void *dst, *dst2;
     const void *a, *b;
     size_t n, head, nvec;
     int d;
+    void *const *dst2_at;
+    size_t dst2_off;
 };
 
 template <class K, int OP> __global__ void __launch_bounds__(RCCI_CUDA_BLOCK) red_kernel(RedArgs g)
@@ -226,10 +230,16 @@ template <class K, int OP> __global__ void __launch_bounds__(RCCI_CUDA_BLOCK) re
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
 
+    void *dst2v = g.dst2;
+    if (g.dst2_at) { /* one load per thread, before the data's: its latency overlaps theirs */
+        char *at = *(char *const volatile *)g.dst2_at;
+        if (at)
+            dst2v = at + g.dst2_off;
+    }
     const uint4 *va = (const uint4 *)((const S *)g.a + g.head);
     const uint4 *vb = unary ? va : (const uint4 *)((const S *)g.b + g.head);
-    uint4 *vd = (uint4 *)((S *)g.dst + g.head);
-    uint4 *vd2 = g.dst2 ? (uint4 *)((S *)g.dst2 + g.head) : NULL;
+    uint4 *vd = g.dst ? (uint4 *)((S *)g.dst + g.head) : NULL;
+    uint4 *vd2 = dst2v ? (uint4 *)((S *)dst2v + g.head) : NULL;
     size_t i = tid;
     /* All loads of a step are issued before any store (dst may be a or b: the same elements). */
     for (; i + (RED_UNROLL - 1) * stride < g.nvec; i += RED_UNROLL * stride) {
@@ -244,7 +254,8 @@ template <class K, int OP> __global__ void __launch_bounds__(RCCI_CUDA_BLOCK) re
 #pragma unroll
             for (int l = 0; l < LANES; l++)
                 x[u].s[l] = red_apply<K, OP>(x[u].s[l], y[u].s[l], g.d);
-            vd[i + u * stride] = x[u].u;
+            if (vd)
+                vd[i + u * stride] = x[u].u;
             if (vd2)
                 vd2[i + u * stride] = x[u].u;
         }
@@ -256,19 +267,21 @@ template <class K, int OP> __global__ void __launch_bounds__(RCCI_CUDA_BLOCK) re
 #pragma unroll
         for (int l = 0; l < LANES; l++)
             x.s[l] = red_apply<K, OP>(x.s[l], y.s[l], g.d);
-        vd[i] = x.u;
+        if (vd)
+            vd[i] = x.u;
         if (vd2)
             vd2[i] = x.u;
     }
 
     const S *a = (const S *)g.a, *b = unary ? a : (const S *)g.b;
-    S *dst = (S *)g.dst, *dst2 = (S *)g.dst2;
+    S *dst = (S *)g.dst, *dst2 = (S *)dst2v;
     const size_t tail = g.head + g.nvec * LANES;
     const size_t nscalar = g.head + (g.n - tail);
     for (size_t j = tid; j < nscalar; j += stride) {
         size_t k = j < g.head ? j : tail + (j - g.head);
         S r = red_apply<K, OP>(a[k], b[k], g.d);
-        dst[k] = r;
+        if (dst)
+            dst[k] = r;
         if (dst2)
             dst2[k] = r;
     }
@@ -308,20 +321,26 @@ template <class K, int OP> static rcc_result_t red_grid_max(int *grid)
     return RCC_SUCCESS;
 }
 
+/* A second destination read when the kernel runs (RedArgs::dst2_at), none by default. */
+struct RedAt {
+    void *const *at;
+    size_t off;
+};
+
 template <class K, int OP>
 static rcc_result_t red_launch(void *dst, void *dst2, const void *a, const void *b, size_t n, int d,
-                               cudaStream_t stream)
+                               cudaStream_t stream, RedAt at = RedAt{NULL, 0})
 {
     typedef typename K::S S;
     const size_t lanes = 16 / sizeof(S);
-    RedArgs g = {dst, dst2, a, b, n, 0, 0, d};
+    RedArgs g = {dst, dst2, a, b, n, 0, 0, d, at.at, at.off};
 
-    /* Vectors when every pointer sits at the same offset in its 16 bytes, that offset is a
-     * whole number of elements, and there is enough to do. */
-    uintptr_t off = (uintptr_t)dst % 16;
+    /* Vectors when every pointer (either second destination) sits at the same offset in its 16
+     * bytes, that offset is a whole number of elements, and there is enough to do. */
+    uintptr_t off = (uintptr_t)(dst ? dst : dst2) % 16;
     bool vec = n * sizeof(S) >= RED_VEC_MIN_BYTES && off % sizeof(S) == 0 &&
                (uintptr_t)a % 16 == off && (!b || (uintptr_t)b % 16 == off) &&
-               (!dst2 || (uintptr_t)dst2 % 16 == off);
+               (!dst2 || (uintptr_t)dst2 % 16 == off) && (!at.at || at.off % 16 == off);
     if (vec) {
         g.head = (16 - off) % 16 / sizeof(S);
         g.nvec = (n - g.head) / lanes;
@@ -346,38 +365,39 @@ static rcc_result_t red_launch(void *dst, void *dst2, const void *a, const void 
 
 template <class K>
 static rcc_result_t red_dispatch_op(void *dst, void *dst2, const void *a, const void *b, size_t n,
-                                    int op, int d, cudaStream_t s)
+                                    int op, int d, cudaStream_t s, RedAt at)
 {
     switch (op) {
-    case RCC_SUM: return red_launch<K, RCC_SUM>(dst, dst2, a, b, n, d, s);
-    case RCC_PROD: return red_launch<K, RCC_PROD>(dst, dst2, a, b, n, d, s);
-    case RCC_MAX: return red_launch<K, RCC_MAX>(dst, dst2, a, b, n, d, s);
-    case RCC_MIN: return red_launch<K, RCC_MIN>(dst, dst2, a, b, n, d, s);
+    case RCC_SUM: return red_launch<K, RCC_SUM>(dst, dst2, a, b, n, d, s, at);
+    case RCC_PROD: return red_launch<K, RCC_PROD>(dst, dst2, a, b, n, d, s, at);
+    case RCC_MAX: return red_launch<K, RCC_MAX>(dst, dst2, a, b, n, d, s, at);
+    case RCC_MIN: return red_launch<K, RCC_MIN>(dst, dst2, a, b, n, d, s, at);
     case RCC_AVG:
         if (d > 1)
-            return red_launch<K, RCC_AVG>(dst, dst2, a, b, n, d, s);
-        return red_launch<K, RCC_SUM>(dst, dst2, a, b, n, d, s);
-    case RED_DIV: return red_launch<K, RED_DIV>(dst, dst2, a, NULL, n, d, s);
-    case RED_COPY: return red_launch<K, RED_COPY>(dst, dst2, a, NULL, n, d, s);
+            return red_launch<K, RCC_AVG>(dst, dst2, a, b, n, d, s, at);
+        return red_launch<K, RCC_SUM>(dst, dst2, a, b, n, d, s, at);
+    case RED_DIV: return red_launch<K, RED_DIV>(dst, dst2, a, NULL, n, d, s, at);
+    case RED_COPY: return red_launch<K, RED_COPY>(dst, dst2, a, NULL, n, d, s, at);
     default: return rcci_error(RCC_ERR_INVALID_ARGUMENT, "CUDA reduction: invalid op %d", op);
     }
 }
 
 static rcc_result_t red_dispatch(void *dst, void *dst2, const void *a, const void *b, size_t n,
-                                 rcc_datatype_t dtype, int op, int d, void *stream)
+                                 rcc_datatype_t dtype, int op, int d, void *stream,
+                                 RedAt at = RedAt{NULL, 0})
 {
     cudaStream_t s = (cudaStream_t)stream;
     switch (dtype) {
-    case RCC_INT8: return red_dispatch_op<RedI8>(dst, dst2, a, b, n, op, d, s);
-    case RCC_UINT8: return red_dispatch_op<RedU8>(dst, dst2, a, b, n, op, d, s);
-    case RCC_INT32: return red_dispatch_op<RedI32>(dst, dst2, a, b, n, op, d, s);
-    case RCC_UINT32: return red_dispatch_op<RedU32>(dst, dst2, a, b, n, op, d, s);
-    case RCC_INT64: return red_dispatch_op<RedI64>(dst, dst2, a, b, n, op, d, s);
-    case RCC_UINT64: return red_dispatch_op<RedU64>(dst, dst2, a, b, n, op, d, s);
-    case RCC_FLOAT16: return red_dispatch_op<RedF16>(dst, dst2, a, b, n, op, d, s);
-    case RCC_FLOAT32: return red_dispatch_op<RedF32>(dst, dst2, a, b, n, op, d, s);
-    case RCC_FLOAT64: return red_dispatch_op<RedF64>(dst, dst2, a, b, n, op, d, s);
-    case RCC_BFLOAT16: return red_dispatch_op<RedBF16>(dst, dst2, a, b, n, op, d, s);
+    case RCC_INT8: return red_dispatch_op<RedI8>(dst, dst2, a, b, n, op, d, s, at);
+    case RCC_UINT8: return red_dispatch_op<RedU8>(dst, dst2, a, b, n, op, d, s, at);
+    case RCC_INT32: return red_dispatch_op<RedI32>(dst, dst2, a, b, n, op, d, s, at);
+    case RCC_UINT32: return red_dispatch_op<RedU32>(dst, dst2, a, b, n, op, d, s, at);
+    case RCC_INT64: return red_dispatch_op<RedI64>(dst, dst2, a, b, n, op, d, s, at);
+    case RCC_UINT64: return red_dispatch_op<RedU64>(dst, dst2, a, b, n, op, d, s, at);
+    case RCC_FLOAT16: return red_dispatch_op<RedF16>(dst, dst2, a, b, n, op, d, s, at);
+    case RCC_FLOAT32: return red_dispatch_op<RedF32>(dst, dst2, a, b, n, op, d, s, at);
+    case RCC_FLOAT64: return red_dispatch_op<RedF64>(dst, dst2, a, b, n, op, d, s, at);
+    case RCC_BFLOAT16: return red_dispatch_op<RedBF16>(dst, dst2, a, b, n, op, d, s, at);
     default:
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "CUDA reduction: invalid dtype %d", (int)dtype);
     }
@@ -387,9 +407,10 @@ static rcc_result_t red_dispatch(void *dst, void *dst2, const void *a, const voi
  * Entry points
  * ------------------------------------------------------------------------- */
 
-extern "C" rcc_result_t rcci_cuda_reduce_copy(void *dst, void *dst2, const void *a, const void *b,
-                                              size_t n, rcc_datatype_t dtype, rcc_redop_t op,
-                                              int divisor, void *stream)
+extern "C" rcc_result_t rcci_cuda_reduce_copy_at(void *dst, void *dst2, void *const *at, size_t off,
+                                                 const void *a, const void *b, size_t n,
+                                                 rcc_datatype_t dtype, rcc_redop_t op, int divisor,
+                                                 void *stream)
 {
     if ((unsigned)op > RCC_AVG)
         return rcci_error(RCC_ERR_INVALID_ARGUMENT, "CUDA reduction: invalid op %d", (int)op);
@@ -398,7 +419,14 @@ extern "C" rcc_result_t rcci_cuda_reduce_copy(void *dst, void *dst2, const void 
                    ? RCC_SUCCESS
                    : rcci_error(RCC_ERR_INVALID_ARGUMENT, "CUDA reduction: invalid dtype %d",
                                 (int)dtype);
-    return red_dispatch(dst, dst2, a, b, n, dtype, op, divisor, stream);
+    return red_dispatch(dst, dst2, a, b, n, dtype, op, divisor, stream, RedAt{at, off});
+}
+
+extern "C" rcc_result_t rcci_cuda_reduce_copy(void *dst, void *dst2, const void *a, const void *b,
+                                              size_t n, rcc_datatype_t dtype, rcc_redop_t op,
+                                              int divisor, void *stream)
+{
+    return rcci_cuda_reduce_copy_at(dst, dst2, NULL, 0, a, b, n, dtype, op, divisor, stream);
 }
 
 extern "C" rcc_result_t rcci_cuda_reduce(void *dst, const void *a, const void *b, size_t n,
@@ -408,20 +436,28 @@ extern "C" rcc_result_t rcci_cuda_reduce(void *dst, const void *a, const void *b
     return rcci_cuda_reduce_copy(dst, NULL, a, b, n, dtype, op, divisor, stream);
 }
 
-extern "C" rcc_result_t rcci_cuda_copy2(void *dst, void *dst2, const void *src, size_t bytes,
-                                        void *stream)
+extern "C" rcc_result_t rcci_cuda_copy2_at(void *dst, void *dst2, void *const *at, size_t off,
+                                           const void *src, size_t bytes, void *stream)
 {
     /* The widest word every pointer and the length are aligned to: vectors need the same
      * offset modulo 16 besides (red_launch), and words beat bytes where they do not. */
-    uintptr_t all = (uintptr_t)dst | (uintptr_t)dst2 | (uintptr_t)src | (uintptr_t)bytes;
+    uintptr_t all = (uintptr_t)dst | (uintptr_t)dst2 | (uintptr_t)src | (uintptr_t)bytes |
+                    (at ? (uintptr_t)off : 0);
     cudaStream_t s = (cudaStream_t)stream;
+    RedAt a = {at, off};
     if (bytes == 0)
         return RCC_SUCCESS;
     if (all % 8 == 0)
-        return red_launch<RedU64, RED_COPY>(dst, dst2, src, NULL, bytes / 8, 1, s);
+        return red_launch<RedU64, RED_COPY>(dst, dst2, src, NULL, bytes / 8, 1, s, a);
     if (all % 4 == 0)
-        return red_launch<RedU32, RED_COPY>(dst, dst2, src, NULL, bytes / 4, 1, s);
-    return red_launch<RedU8, RED_COPY>(dst, dst2, src, NULL, bytes, 1, s);
+        return red_launch<RedU32, RED_COPY>(dst, dst2, src, NULL, bytes / 4, 1, s, a);
+    return red_launch<RedU8, RED_COPY>(dst, dst2, src, NULL, bytes, 1, s, a);
+}
+
+extern "C" rcc_result_t rcci_cuda_copy2(void *dst, void *dst2, const void *src, size_t bytes,
+                                        void *stream)
+{
+    return rcci_cuda_copy2_at(dst, dst2, NULL, 0, src, bytes, stream);
 }
 
 extern "C" rcc_result_t rcci_cuda_divide(void *dst, const void *src, size_t n, rcc_datatype_t dtype,

@@ -38,6 +38,13 @@ rcc_result_t rcci_cuda_reduce_copy(void *dst, void *dst2, const void *a, const v
 /* Copies `bytes` from src to both dst and dst2 in one pass (a received chunk into the output and
  * into the next rank's slot), bit for bit. None of the three may overlap. */
 rcc_result_t rcci_cuda_copy2(void *dst, void *dst2, const void *src, size_t bytes, void *stream);
+/* As rcci_cuda_reduce_copy and rcci_cuda_copy2, the second destination read when the kernel runs
+ * (devapi reduce_copy_at, copy2_at): *at + off where that pointer is not NULL, else dst2. */
+rcc_result_t rcci_cuda_reduce_copy_at(void *dst, void *dst2, void *const *at, size_t off,
+                                      const void *a, const void *b, size_t n, rcc_datatype_t dtype,
+                                      rcc_redop_t op, int divisor, void *stream);
+rcc_result_t rcci_cuda_copy2_at(void *dst, void *dst2, void *const *at, size_t off, const void *src,
+                                size_t bytes, void *stream);
 
 /* dst[i] = src[i] / divisor, as rcci_divide: a divisor below 2 copies (dst may equal src). */
 rcc_result_t rcci_cuda_divide(void *dst, const void *src, size_t n, rcc_datatype_t dtype,

@@ -20,8 +20,9 @@
 #                              memory-traffic bound (bound us, dev/bound)
 #   streamperf-R.txt           4 ranks at 256 MiB: R = chunk-2M, chunk-32M (RCC_DEVICE_CHUNK_BYTES),
 #                              progress (RCC_DEVICE_PIPELINE=4: the progress-driven device ring,
-#                              host pacing and windows, against the default queued at the call)
-#   streamperf-window-1M.txt   4 ranks, 1 to 16 MiB, progress-driven ring with windows (writing into the next rank's
+#                              host pacing, against the default queued at the call; both write
+#                              into the next rank's output from 16 MiB: windows)
+#   streamperf-window-1M.txt   4 ranks, 1 to 16 MiB, windows (writing into the next rank's
 #                              output, mapped per operation) from 1 MiB (RCC_CUDAIPC_WINDOW_BYTES
 #                              1M; the default is 16M): beside streamperf-4's rows, what a
 #                              per-operation IPC mapping costs against the slots
@@ -138,7 +139,7 @@ for n in 2 4; do
 done
 # At 256 MiB, 4 ranks, beside streamperf-4 (8 MiB chunks, queued at the call): 2 MiB and 32 MiB
 # device chunks (with slots to match: a queued chunk must fit a slot), and the progress-driven
-# device ring (RCC_DEVICE_PIPELINE=4: host pacing, windows) that the queued one replaced.
+# device ring (RCC_DEVICE_PIPELINE=4: host pacing) that the queued one replaced.
 for run in chunk-2M chunk-32M progress; do
     case $run in
     chunk-2M) settings=(RCC_DEVICE_CHUNK_BYTES=2M) ;;
@@ -150,10 +151,9 @@ for run in chunk-2M chunk-32M progress; do
     rc=$?
     [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 done
-# Windows (progress-driven ring only) from 1 MiB instead of 16 MiB: is the per-operation
-# mapping worth it below 16 MiB?
+# Windows from 1 MiB instead of 16 MiB: is the per-operation mapping worth it below 16 MiB?
 stage "streamperf-window-1M" 45 "$out/streamperf-window-1M.txt" env "${perf_env[@]}" \
-    RCC_DEVICE_PIPELINE=4 RCC_CUDAIPC_WINDOW_BYTES=1M "$build/tools/ringcc-run" -n 4 "$build/bench/ringcc-streamperf" \
+    RCC_CUDAIPC_WINDOW_BYTES=1M "$build/tools/ringcc-run" -n 4 "$build/bench/ringcc-streamperf" \
     -b 1M -e 16M -f 4 -r 1
 rc=$?
 [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1

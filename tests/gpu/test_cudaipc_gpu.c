@@ -82,9 +82,10 @@ static int rank_collectives(int rank, int n, void *arg)
     setenv("RCC_ALGO", "ring", 1);
     /* arg "windows": the 3 MiB allreduces and allgathers write into the next
      * rank's output (mapped and unmapped per operation by the progress
-     * thread), as those of 16 MiB and more do by default; with a shorter
-     * timeout, so that a stall (an IPC call that waits for the device while
-     * a stream waits for the progress thread) fails fast. */
+     * thread, the kernels reading the address when they run), as those of
+     * 16 MiB and more do by default; with a shorter timeout, so that a stall
+     * (an IPC call that waits for the device while a stream waits for the
+     * progress thread) fails fast. */
     int windows = arg && !strcmp(arg, "windows");
     if (windows)
         setenv("RCC_CUDAIPC_WINDOW_BYTES", "1M", 1);
@@ -105,6 +106,9 @@ static int rank_collectives(int rank, int n, void *arg)
                             dtypes[d], op, seed++);
         }
     cudaStreamDestroy(st);
+    /* The 3 MiB ones wrote into the next rank's output (cudaMalloc'd: exported). */
+    if (windows && c->direct_sends == 0)
+        MP_FAIL("rank %d: no chunk was written straight into the next rank's output", rank);
     return td_finish(comm, bad);
 }
 

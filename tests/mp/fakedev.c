@@ -185,7 +185,9 @@ typedef struct item {
     void (*fn)(void *);
     void *arg;
     const void *src2; /* reduce: dst = src op src2 (and dst2 = dst when set) */
-    void *dst2;
+    void *dst2;       /* copy: also (or, dst NULL, only) there */
+    void *const *at;  /* *at + at_off, where not NULL when it runs, replaces dst2 */
+    size_t at_off;
     rcc_datatype_t dtype;
     rcc_redop_t op;
     int divisor;
@@ -212,8 +214,16 @@ static void sleep_us(long us) { nanosleep(&(struct timespec){0, us * 1000}, NULL
 static void item_run(fake_stream_t *s, item_t *it)
 {
     sleep_us(rand_r(&s->seed) % (FAKEDEV_JITTER_US + 1));
+    void *at = it->at ? __atomic_load_n((void **)it->at, __ATOMIC_ACQUIRE) : NULL;
+    if (at)
+        it->dst2 = (char *)at + it->at_off;
     switch (it->kind) {
-    case ITEM_COPY: memmove(it->dst, it->src, it->n); break;
+    case ITEM_COPY:
+        if (it->dst)
+            memmove(it->dst, it->src, it->n);
+        if (it->dst2)
+            memcpy(it->dst2, it->src, it->n);
+        break;
     case ITEM_REDUCE:
         rcci_reduce(it->dst, it->src, it->src2, it->n, it->dtype, it->op, it->divisor);
         if (it->dst2)
@@ -442,9 +452,12 @@ size_t fakedev_reduce_copies(void) { return atomic_load(&reduce_copies); }
 size_t fakedev_slot_reads(void) { return atomic_load(&slot_reads); }
 size_t fakedev_fused_sends(void) { return atomic_load(&fused_sends); }
 
-static rcc_result_t fake_reduce_copy(void *dst, void *dst2, const void *a, const void *b, size_t n,
-                                    rcc_datatype_t dtype, rcc_redop_t op, int divisor,
-                                    void *stream)
+/* reduce_copy and reduce_copy_at: dst2 replaced by *at + off when that is
+ * set as the work runs (item_run). */
+static rcc_result_t fake_reduce_copy_at(void *dst, void *dst2, void *const *at, size_t off,
+                                        const void *a, const void *b, size_t n,
+                                        rcc_datatype_t dtype, rcc_redop_t op, int divisor,
+                                        void *stream)
 {
     if (dst2)
         atomic_fetch_add(&reduce_copies, 1);
@@ -455,6 +468,8 @@ static rcc_result_t fake_reduce_copy(void *dst, void *dst2, const void *a, const
     stream_push(stream, (item_t){.kind = ITEM_REDUCE,
                                  .dst = dst,
                                  .dst2 = dst2,
+                                 .at = at,
+                                 .at_off = off,
                                  .src = a,
                                  .src2 = b,
                                  .n = n,
@@ -464,19 +479,38 @@ static rcc_result_t fake_reduce_copy(void *dst, void *dst2, const void *a, const
     return RCC_SUCCESS;
 }
 
+static rcc_result_t fake_reduce_copy(void *dst, void *dst2, const void *a, const void *b, size_t n,
+                                    rcc_datatype_t dtype, rcc_redop_t op, int divisor,
+                                    void *stream)
+{
+    return fake_reduce_copy_at(dst, dst2, NULL, 0, a, b, n, dtype, op, divisor, stream);
+}
+
 static rcc_result_t fake_reduce(void *dst, const void *a, const void *b, size_t n,
                                rcc_datatype_t dtype, rcc_redop_t op, int divisor, void *stream)
 {
     return fake_reduce_copy(dst, NULL, a, b, n, dtype, op, divisor, stream);
 }
 
-static rcc_result_t fake_copy2(void *dst, void *dst2, const void *src, size_t n, void *stream)
+/* copy2 and copy2_at (dst NULL: only the second destination). */
+static rcc_result_t fake_copy2_at(void *dst, void *dst2, void *const *at, size_t off,
+                                  const void *src, size_t n, void *stream)
 {
     if (mem_kind(dst2) == 2)
         atomic_fetch_add(&fused_sends, 1);
-    stream_push(stream, (item_t){.kind = ITEM_COPY, .dst = dst, .src = src, .n = n});
-    stream_push(stream, (item_t){.kind = ITEM_COPY, .dst = dst2, .src = src, .n = n});
+    stream_push(stream, (item_t){.kind = ITEM_COPY,
+                                 .dst = dst,
+                                 .dst2 = dst2,
+                                 .at = at,
+                                 .at_off = off,
+                                 .src = src,
+                                 .n = n});
     return RCC_SUCCESS;
+}
+
+static rcc_result_t fake_copy2(void *dst, void *dst2, const void *src, size_t n, void *stream)
+{
+    return fake_copy2_at(dst, dst2, NULL, 0, src, n, stream);
 }
 
 static rcc_result_t fake_event_record(void *event, void *stream)
@@ -638,6 +672,8 @@ static const rcci_devapi_t fake_api = {
     .copy2 = fake_copy2,
     .ipc_export = fake_ipc_export,
     .ipc_size = fake_ipc_size,
+    .copy2_at = fake_copy2_at,
+    .reduce_copy_at = fake_reduce_copy_at,
 };
 
 void fakedev_install(void) { rcci_devapi_set(&fake_api); }

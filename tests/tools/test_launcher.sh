@@ -372,6 +372,12 @@ if [[ -x $PERF ]]; then
     elif [[ $rc -eq 0 ]]; then
         fail "(g) differing RCC_DEVICE_CHUNK_BYTES went unnoticed"
     fi
+    run 60 "$RUN" -n 3 sh -c 'RCC_CUDAIPC_WINDOW_BYTES=$((RCC_RANK + 1))M exec "$0" -b 1M -e 1M' "$PERF"
+    if [[ $rc -ne 0 ]] && expect_in err "RCC_CUDAIPC_WINDOW_BYTES is" "(g) differing window"; then
+        pass "(g) differing RCC_CUDAIPC_WINDOW_BYTES fails the job, named (exit $rc)"
+    elif [[ $rc -eq 0 ]]; then
+        fail "(g) differing RCC_CUDAIPC_WINDOW_BYTES went unnoticed"
+    fi
 fi
 
 # ------------------------------------------------------------------------------------------
