@@ -10,7 +10,8 @@
  * part (the progress thread only moves bytes and stores flags); over an
  * edge of the device ring, on the transport's own counters (transport.h,
  * version 7), the chunks written straight into the next rank's slots and
- * reduced where they land (the progress thread only watches).
+ * reduced where they land (the progress thread only watches, but for the
+ * windows of coll/window.h: their messages, mappings and flags).
  *
  * Why: streams share the GPU's hardware queues, and a queue runs its work
  * in the order it was queued (docs/cuda.md, "Hardware queues"). GPU work
