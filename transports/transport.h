@@ -342,7 +342,10 @@ typedef struct rcci_transport {
     /* After a failure, any thread, repeatable: makes every wait queued on
      * the connection so far pass, so that queued work runs through (on
      * whatever the memory holds) rather than hold its stream forever. A
-     * live peer's later stores can undo it: repeat until the work has run. */
+     * live peer's later stores can undo it: repeat until the work has run.
+     * What runs through must not pass for messages at either end: where
+     * the GPU's stores are the messages' counters (cudaipc), the connection
+     * is marked given up first and queue_test then fails at both ends. */
     void (*queue_abort)(rcci_conn_t *conn);
 
     /* -- version 8 -- */

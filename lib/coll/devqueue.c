@@ -598,15 +598,17 @@ void rcci_devq_release(rcci_devq_t *q)
 {
     if (!q || !q->flag[0])
         return;
+    /* The device ring's first: it marks its connections given up before
+     * any of the work runs through (its stores would look like messages). */
+    if (q->sq && q->sl->conns[0])
+        q->sl->tr->queue_abort(q->sl->conns[0]);
+    if (q->rq && q->rl->conns[0])
+        q->rl->tr->queue_abort(q->rl->conns[0]);
     flag_store(q, F_LANDED, DEVQ_RUN_THROUGH);
     flag_store(q, F_FREED, DEVQ_RUN_THROUGH);
     /* *wptr as it is: a window stays mapped until the work has run. */
     flag_store(q, F_WINDOW, DEVQ_RUN_THROUGH);
     flag_store(q, F_UNMAPPED, DEVQ_RUN_THROUGH);
-    if (q->sq && q->sl->conns[0])
-        q->sl->tr->queue_abort(q->sl->conns[0]);
-    if (q->rq && q->rl->conns[0])
-        q->rl->tr->queue_abort(q->rl->conns[0]);
 }
 
 void rcci_devq_free(struct rcc_comm *comm, rcci_devq_t *q)
@@ -623,6 +625,7 @@ void rcci_devq_free(struct rcc_comm *comm, rcci_devq_t *q)
         ended = 0;
     if (q->end_event && ended)
         q->dev->event_destroy(q->end_event);
+    rcci_window_settle(&q->win);
     rcci_window_end(&q->win, ended);
     rcci_tls_error_set(error);
     rcci_memreg_drop(comm, &q->held);

@@ -821,6 +821,7 @@ void rcci_coll_finish(struct rcc_comm *comm, rcci_exec_t *x)
     snprintf(error, sizeof error, "%s", rcci_tls_error());
     if (x->sreq && x->rreq)
         rcci_coll_test_once(x->sl, x->rl, x->sreq, x->rreq, (size_t)comm->slots);
+    rcci_window_settle(&x->win); /* before pipe_device_quiesce closes the connections */
     int drained = !x->dev || x->ended || pipe_device_quiesce(comm, x);
     rcci_window_end(&x->win, drained);
     rcci_tls_error_set(error);

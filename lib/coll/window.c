@@ -236,7 +236,7 @@ static void window_settle(const rcci_link_t *link, rcci_request_t **req)
         rcci_coll_test_req(link, req, &complete);
 }
 
-void rcci_window_end(rcci_window_t *w, int writes_ended)
+void rcci_window_settle(rcci_window_t *w)
 {
     char error[RCCI_ERR_TEXT_BYTES]; /* the failure being reported stays the story */
     snprintf(error, sizeof error, "%s", rcci_tls_error());
@@ -244,9 +244,13 @@ void rcci_window_end(rcci_window_t *w, int writes_ended)
     window_settle(w->to_next, &w->rreq);
     window_settle(w->to_next, &w->asreq);
     window_settle(w->from_prev, &w->areq);
+    rcci_tls_error_set(error);
+}
+
+void rcci_window_end(rcci_window_t *w, int writes_ended)
+{
     if (writes_ended) /* else the GPU may still write into it: left mapped */
         window_unmap(w);
-    rcci_tls_error_set(error);
     /* A window message still queued is freed with its connection, which a
      * failure closes; its buffer must outlive it. */
     if (writes_ended || (!w->sreq && !w->rreq && !w->asreq && !w->areq)) {

@@ -86,11 +86,16 @@ int rcci_window_over(const rcci_window_t *w);
 /* The "unmapped" of the previous rank has come (or none is expected). */
 int rcci_window_released(const rcci_window_t *w);
 
-/* At the end, whatever happened: requests still out are tested once; the
- * mapping goes where `writes_ended` (nothing of this rank can still write
- * into it: else it stays mapped, as a write into unmapped memory would
- * break the context). The messages' memory goes unless a request may still
- * use it (it then goes with the connection's close, leaked here). */
+/* At the end, whatever happened, before anything closes the connections
+ * (which frees what is still out on them): requests still out are tested
+ * once, those that have ended dropped. */
+void rcci_window_settle(rcci_window_t *w);
+
+/* Then the mapping goes where `writes_ended` (nothing of this rank can
+ * still write into it: else it stays mapped, as a write into unmapped
+ * memory would break the context). The messages' memory goes unless a
+ * request may still use it (it then goes with the connection's close,
+ * leaked here). */
 void rcci_window_end(rcci_window_t *w, int writes_ended);
 
 #endif /* RINGCC_WINDOW_H */

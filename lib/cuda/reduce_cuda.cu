@@ -231,7 +231,7 @@ template <class K, int OP> __global__ void __launch_bounds__(RCCI_CUDA_BLOCK) re
     const size_t stride = (size_t)gridDim.x * blockDim.x;
 
     void *dst2v = g.dst2;
-    if (g.dst2_at) { /* one load per thread, before the data's: its latency overlaps theirs */
+    if (g.dst2_at) { /* pinned host memory: a PCIe round trip per thread before its stores */
         char *at = *(char *const volatile *)g.dst2_at;
         if (at)
             dst2v = at + g.dst2_off;

@@ -332,7 +332,10 @@ END_TEST
  * peer): rank 0, which would write into it, refuses with RCC_ERR_REMOTE
  * naming rank 1 and the sizes, before writing anything; the failure
  * reaches every rank, within the timeout, and no stream is left waiting.
- * Queued at the call (arg NULL) and driven by the progress thread. */
+ * Queued at the call (arg NULL) and driven by the progress thread; 4 ranks,
+ * so that ranks 2 and 3 hops down the ring from rank 0 must fail the
+ * operation too, not complete it on what rank 0's queued work ran through
+ * with (cudaipc's `aborted` and `open`). */
 static int rank_window_too_far(int rank, int n, void *arg)
 {
     if (rank == 1)
@@ -374,7 +377,7 @@ static int rank_window_too_far(int rank, int n, void *arg)
 
 START_TEST(window_past_allocation_refused)
 {
-    ck_assert_int_eq(mp_run(3, rank_window_too_far, _i ? "progress" : NULL, 120), 0);
+    ck_assert_int_eq(mp_run(4, rank_window_too_far, _i % 2 ? "progress" : NULL, 120), 0);
 }
 END_TEST
 
@@ -393,7 +396,7 @@ static Suite *cudaipc_suite(void)
     tcase_add_test(tc, transport_forced_to_tcp);
     tcase_add_loop_test(tc, peer_death_while_mapped, 2, 4);
     tcase_add_test(tc, no_peer_access_goes_without);
-    tcase_add_loop_test(tc, window_past_allocation_refused, 0, 2);
+    tcase_add_loop_test(tc, window_past_allocation_refused, 0, 4);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -54,6 +54,11 @@ extern const rcci_transport_t rcci_transport_tcp;
 /* The control connection is looked at (a syscall) at most this often while
  * a request makes no progress: that is how a dead peer shows. */
 #define CIPC_CTRL_EVERY_NS (200ll * 1000)
+/* A peer that has given up a queued connection tells why by itself (the
+ * engine's failure notice, or its death on the control connection): a
+ * queue_test that finds the connection given up waits this long for that,
+ * and only then fails with its own, vaguer reason. */
+#define CIPC_GIVEN_UP_GRACE_NS (2000ll * 1000000)
 
 _Static_assert(sizeof(((rcci_cipc_hello_t *)0)->page_handle) == RCCI_IPC_HANDLE_BYTES,
                "hello handle size");
@@ -115,6 +120,7 @@ struct rcci_conn {
     size_t reserved_bytes;
     rcci_req_fifo_t sends, recvs;
     int64_t ctrl_next_ns;
+    int64_t given_up_ns; /* queue_test first found the connection given up (0: not yet) */
     int announced; /* an announcement the drive took from the control connection */
     rcci_tag_t announce_tag;
     /* The hellos: sent at connect/accept, the peer's taken by the first
@@ -306,8 +312,10 @@ static rcc_result_t cipc_setup(cipc_ctx_t *ctx, rcci_conn_t *ctrl, int peer_rank
     if (res == RCC_SUCCESS && (res = dev->stream_create(&c->tx_stream)) == RCC_SUCCESS)
         res = dev->stream_create(&c->rx_stream);
     if (res == RCC_SUCCESS &&
-        (res = dev->ipc_alloc(&p, sizeof(rcci_cipc_page_t), 1, c->mine.page_handle)) == RCC_SUCCESS)
+        (res = dev->ipc_alloc(&p, sizeof(rcci_cipc_page_t), 1, c->mine.page_handle)) == RCC_SUCCESS) {
         c->rx_page = p;
+        c->rx_page->open = 1;
+    }
     if (res == RCC_SUCCESS &&
         (res = dev->ipc_alloc(&p, (size_t)RCCI_CIPC_SLOTS * c->rx_slot_bytes, 0,
                               c->mine.slots_handle)) == RCC_SUCCESS)
@@ -862,6 +870,8 @@ static rcc_result_t cipc_queue_recv(rcci_conn_t *c, void *stream, size_t bytes, 
     cipc_queued_on(c);
     uint32_t f = c->q_rx;
     res = c->ctx->dev->wait_flag(stream, &c->rx_page->head, f + 1);
+    if (res == RCC_SUCCESS) /* and the sender had not given up when it stored head */
+        res = c->ctx->dev->wait_flag(stream, &c->rx_page->open, 1);
     if (res != RCC_SUCCESS)
         return res;
     *data = c->rx_slots + (size_t)(f % RCCI_CIPC_SLOTS) * c->rx_slot_bytes;
@@ -931,7 +941,11 @@ static rcc_result_t cipc_queue_test(rcci_conn_t *c, int send, uint32_t ticket, s
     if (c->failed != RCC_SUCCESS)
         return cipc_failed(c);
     rcci_cipc_page_t *page = send ? c->tx_page : c->rx_page;
-    if (rcci_cipc_passed(__atomic_load_n(&page->head, __ATOMIC_ACQUIRE), ticket)) {
+    int passed = rcci_cipc_passed(__atomic_load_n(&page->head, __ATOMIC_ACQUIRE), ticket);
+    /* Counters run through after a failure say nothing of the data: not
+     * done, while the reason is on its way (read after head). */
+    int given_up = passed && __atomic_load_n(&page->aborted, __ATOMIC_ACQUIRE);
+    if (passed && !given_up) {
         *done = 1;
         if (send)
             return RCC_SUCCESS;
@@ -943,8 +957,16 @@ static rcc_result_t cipc_queue_test(rcci_conn_t *c, int send, uint32_t ticket, s
                                                   c->ctx->env.describe_sig);
         return res == RCC_SUCCESS ? RCC_SUCCESS : cipc_fail(c, res);
     }
-    /* Waiting for the peer: whether it is still there, now and then. */
     int64_t now = rcci_now_ns();
+    if (given_up && !c->given_up_ns)
+        c->given_up_ns = now;
+    if (given_up && now - c->given_up_ns > CIPC_GIVEN_UP_GRACE_NS)
+        return cipc_fail(c, rcci_error(RCC_ERR_REMOTE,
+                                       "cudaipc: %s gave up the connection after a failure (its "
+                                       "queued work runs through, moving nothing) and said nothing "
+                                       "more for %.0f s",
+                                       c->peer, CIPC_GIVEN_UP_GRACE_NS / 1e9));
+    /* Waiting for the peer: whether it is still there, now and then. */
     if (now < c->ctrl_next_ns)
         return RCC_SUCCESS;
     c->ctrl_next_ns = now + CIPC_CTRL_EVERY_NS;
@@ -955,6 +977,17 @@ static void cipc_queue_abort(rcci_conn_t *c)
 {
     if (!c || !__atomic_load_n(&c->q_on, __ATOMIC_ACQUIRE))
         return;
+    /* First, so that neither end takes what runs through for messages, and
+     * the peer's stream stops at the first chunk this end runs through; its
+     * own waits pass (not undone: a peer stores 0 only over the first 1). */
+    __atomic_store_n(&c->rx_page->aborted, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->rx_page->open, CIPC_RUN_THROUGH, __ATOMIC_RELEASE);
+    if (c->tx_page) {
+        uint32_t was_open = 1;
+        __atomic_store_n(&c->tx_page->aborted, 1, __ATOMIC_RELEASE);
+        __atomic_compare_exchange_n(&c->tx_page->open, &was_open, 0, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
+    }
     __atomic_store_n(&c->rx_page->head,
                      __atomic_load_n(&c->q_rx, __ATOMIC_ACQUIRE) + CIPC_RUN_THROUGH,
                      __ATOMIC_RELEASE);

@@ -62,7 +62,18 @@ typedef struct {
     /* Stored 1 by the sender once it has unmapped the slots (its close):
      * only then may the receiver free them (retired.h). */
     volatile uint32_t unmapped;
-    uint32_t pad0[14];
+    /* Stored 1 by either end's queue_abort, before it lets its queued work
+     * run through: that work still stores head and tail, which must not
+     * pass for messages moved (transport.h, queue_test). */
+    volatile uint32_t aborted;
+    /* 1 from the receiver's set-up; 0 once the sender has given up (its
+     * queue_abort, before its work runs through): the receiver's stream
+     * waits for it after each queued message's head, so a chunk the sender
+     * ran through is not reduced and forwarded on, which would carry it
+     * past the ranks that can tell. The receiver's own queue_abort stores
+     * it past every wait. */
+    volatile uint32_t open;
+    uint32_t pad0[12];
     volatile uint32_t tail;
     uint32_t pad1[15];
     rcci_cipc_hdr_t hdr[RCCI_CIPC_SLOTS];
@@ -113,7 +124,7 @@ rcc_result_t rcci_cipc_check_queued(uint32_t found, const rcci_tag_t *expect, ui
 /* The hello each end sends once connected, over the control connection:
  * its receive side, for the peer to map. */
 #define RCCI_CIPC_HELLO_MAGIC 0x43504943u /* "CIPC" */
-#define RCCI_CIPC_VERSION 4 /* 2: the header's flags; 3: the page's `unmapped`; 4: `check` */
+#define RCCI_CIPC_VERSION 5 /* 2: the header's flags; 3: `unmapped`; 4: `check`; 5: `aborted`, `open` */
 typedef struct {
     uint32_t magic, version;
     uint32_t slots, slot_bytes;
