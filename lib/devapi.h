@@ -110,10 +110,11 @@ typedef struct rcci_devapi {
      * none, and queued operations keep the slots. -- */
     /* Enqueue: as copy2 and reduce_copy, but the second destination is
      * decided when the work runs: *at + off where the pointer *at is not
-     * NULL, else dst2. `at` lies in host_alloc memory, stored by the host
-     * before the stream gets here (behind a wait_flag for a flag stored
-     * after it); *at + off lies at the same offset modulo 16 as off. copy2_at
-     * takes dst NULL: only the second destination. */
+     * NULL, else dst2. `at` lies in memory the work reads as it runs:
+     * device memory written by earlier work on the stream, or host_alloc
+     * memory the host stored before the stream got here (behind a
+     * wait_flag); *at + off lies at the same offset modulo 16 as off.
+     * copy2_at takes dst NULL: only the second destination. */
     rcc_result_t (*copy2_at)(void *dst, void *dst2, void *const *at, size_t off, const void *src,
                              size_t bytes, void *stream);
     rcc_result_t (*reduce_copy_at)(void *dst, void *dst2, void *const *at, size_t off,

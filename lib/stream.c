@@ -698,7 +698,7 @@ static rcc_result_t stream_queue_device(struct rcc_comm *comm, struct rcci_strea
                                         rcci_op_t *op)
 {
     char *dscratch = NULL;
-    size_t scratch = rcci_coll_device_scratch_bytes(comm, op);
+    size_t scratch = rcci_devq_scratch_bytes(comm, op);
     rcc_result_t res = scratch ? s->dev->dev_alloc((void **)&dscratch, scratch, s->copy_stream)
                                : RCC_SUCCESS;
     if (res == RCC_SUCCESS)

@@ -70,6 +70,7 @@ struct rcci_devq {
      * before "window"; this rank's operation ends only after "unmapped". */
     rcci_window_t win;
     void **wptr;
+    void **dword; /* in device scratch: *wptr copied there behind "window", for the kernels */
     volatile uint32_t *start; /* the caller's stream has reached the call: >= ticket */
     uint32_t ticket;
     int gated, wstored, ustored;
@@ -79,6 +80,21 @@ struct rcci_devq {
 static size_t devq_flags_offset(size_t slots, size_t chunk)
 {
     return (2 * slots * chunk + DEVQ_FLAG_STRIDE - 1) / DEVQ_FLAG_STRIDE * DEVQ_FLAG_STRIDE;
+}
+
+/* Where the device word lies in the operation's device scratch. */
+static size_t devq_word_offset(const struct rcc_comm *comm, const rcci_op_t *op)
+{
+    return (rcci_coll_device_scratch_bytes(comm, op) + DEVQ_FLAG_STRIDE - 1) / DEVQ_FLAG_STRIDE *
+           DEVQ_FLAG_STRIDE;
+}
+
+size_t rcci_devq_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
+{
+    size_t bytes = rcci_coll_device_scratch_bytes(comm, op);
+    if (rcci_window_wanted(comm, op, rcc_datatype_size(op->dtype)))
+        bytes = devq_word_offset(comm, op) + DEVQ_FLAG_STRIDE;
+    return bytes;
 }
 
 size_t rcci_devq_pinned_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
@@ -143,14 +159,17 @@ static size_t q_window_offset(rcci_devq_t *q, size_t s, size_t count)
     return q->win.on ? rcci_window_offset(&q->win, s, count) : SIZE_MAX;
 }
 
-/* Before the first work that writes through *wptr: the progress thread
- * has stored it (once the next rank's window is mapped, or it has none). */
+/* Before the first work that writes through the window: the progress
+ * thread has stored *wptr (once the next rank's window is mapped, or it
+ * has none), which is then copied into device memory, where the kernels
+ * read it (pinned memory would cost each of their threads a PCIe read). */
 static rcc_result_t q_window_gate(rcci_devq_t *q, void *stream)
 {
     if (q->gated)
         return RCC_SUCCESS;
     q->gated = 1;
-    return q_wait(q, stream, F_WINDOW, 1);
+    rcc_result_t res = q_wait(q, stream, F_WINDOW, 1);
+    return res == RCC_SUCCESS ? q->dev->copy(q->dword, q->wptr, sizeof *q->wptr, stream) : res;
 }
 
 /* Send slot s % slots is written only once send s - slots has left. */
@@ -176,7 +195,7 @@ static rcc_result_t q_stage_send(struct rcc_comm *comm, rcci_devq_t *q, void *st
         if (res == RCC_SUCCESS && off != SIZE_MAX) { /* the next rank's output, or its slot */
             res = q_window_gate(q, stream);
             if (res == RCC_SUCCESS)
-                res = q->dev->copy2_at(NULL, slot, q->wptr, off, ss.src, bytes, stream);
+                res = q->dev->copy2_at(NULL, slot, q->dword, off, ss.src, bytes, stream);
             q->ndirect++;
         } else if (res == RCC_SUCCESS) {
             res = q->dev->copy(slot, ss.src, bytes, stream);
@@ -252,7 +271,7 @@ static rcc_result_t q_land(struct rcc_comm *comm, rcci_devq_t *q, void *stream, 
         }
     }
     const rcci_devapi_t *dev = q->dev;
-    void *const *at = off != SIZE_MAX ? q->wptr : NULL;
+    void *const *at = off != SIZE_MAX ? q->dword : NULL;
     if (res != RCC_SUCCESS)
         return res;
     /* The previous rank wrote it into this rank's output itself (window):
@@ -352,9 +371,12 @@ static rcc_result_t q_alloc(struct rcc_comm *comm, rcci_op_t *op, const rcci_dev
     /* Windows where the whole device ring maps its peers' memory (then
      * every rank's edges are queued on it) and the GPU reads a destination
      * when it runs; the messages go over the host ring, idle meanwhile. */
-    if (q->sq && q->rq && dev->copy2_at && dev->reduce_copy_at)
+    if (q->sq && q->rq && dev->copy2_at && dev->reduce_copy_at &&
+        rcci_window_wanted(comm, op, q->sched.esize)) {
+        q->dword = (void **)(dscratch + devq_word_offset(comm, op)); /* rcci_devq_scratch_bytes */
         return rcci_window_begin(comm, op, &q->sched, dev, 1, &comm->send_link, &comm->recv_link,
                                  &q->win);
+    }
     return RCC_SUCCESS;
 }
 

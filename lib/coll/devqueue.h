@@ -46,10 +46,15 @@ typedef struct rcci_devq rcci_devq_t;
 /* Pinned bytes the operation needs: 2 * slots chunks and its flags. */
 size_t rcci_devq_pinned_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
 
+/* Device bytes the operation needs: its schedule's scratch
+ * (rcci_coll_device_scratch_bytes), and where it has windows a word the
+ * GPU reads the next rank's output address from. */
+size_t rcci_devq_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op);
+
 /* Queues all of `op`'s GPU work on `stream` (the library's), starting once
  * the caller's stream has stored *start >= ticket: `pinned` (of
- * rcci_devq_pinned_bytes) and `dscratch` (rcci_coll_device_scratch_bytes)
- * must stay until that work is done (rcci_devq_gpu_done), `pinned` also
+ * rcci_devq_pinned_bytes) and `dscratch` (rcci_devq_scratch_bytes) must
+ * stay until that work is done (rcci_devq_gpu_done), `pinned` also
  * until rcci_devq_free (its flags are written until then). Calling thread;
  * never blocks on the GPU. On failure part of the work may be queued:
  * rcci_devq_release lets it run through. *out is set whenever something

@@ -24,16 +24,28 @@ struct rcci_window_msg {
     uint8_t handle[RCCI_IPC_HANDLE_BYTES];
 };
 
+/* The operation's output, which a window must be. */
+static size_t window_bytes(const struct rcc_comm *comm, const rcci_op_t *op, size_t esize)
+{
+    return op->count * esize * (op->coll == RCCI_COLL_ALLGATHER ? (size_t)comm->nranks : 1);
+}
+
+int rcci_window_wanted(const struct rcc_comm *comm, const rcci_op_t *op, size_t esize)
+{
+    int ring = op->coll == RCCI_COLL_ALLGATHER || (op->coll == RCCI_COLL_ALLREDUCE && !op->rounds);
+    size_t min_bytes = (size_t)rcci_param_int(RCCI_PARAM_CUDAIPC_WINDOW_BYTES);
+    return comm->devring_ipc && ring && comm->nranks >= 2 &&
+           window_bytes(comm, op, esize) >= min_bytes;
+}
+
 rcc_result_t rcci_window_begin(struct rcc_comm *comm, const rcci_op_t *op,
                                const rcci_schedule_t *sched, const rcci_devapi_t *dev,
                                int can_offer, const rcci_link_t *to_next,
                                const rcci_link_t *from_prev, rcci_window_t *w)
 {
     memset(w, 0, sizeof *w);
-    int ring = op->coll == RCCI_COLL_ALLGATHER || (op->coll == RCCI_COLL_ALLREDUCE && !op->rounds);
-    size_t bytes = op->count * sched->esize * (op->coll == RCCI_COLL_ALLGATHER ? comm->nranks : 1);
-    size_t min_bytes = (size_t)rcci_param_int(RCCI_PARAM_CUDAIPC_WINDOW_BYTES);
-    if (!comm->devring_ipc || !ring || comm->nranks < 2 || bytes < min_bytes)
+    size_t bytes = window_bytes(comm, op, sched->esize);
+    if (!rcci_window_wanted(comm, op, sched->esize))
         return RCC_SUCCESS;
     w->on = 1;
     w->dev = dev, w->op = op;

@@ -43,6 +43,10 @@ typedef struct {
     rcci_schedule_t nsched; /* the next rank's schedule, on this rank's buffers: offsets */
 } rcci_window_t;
 
+/* Whether `op` exchanges windows (the part of rcci_window_begin's decision
+ * known before its schedule is made): esize is its dtype's size. */
+int rcci_window_wanted(const struct rcc_comm *comm, const rcci_op_t *op, size_t esize);
+
 /* Decides whether `op` (schedule `sched`) exchanges windows: ring
  * allreduces and allgathers of RCC_CUDAIPC_WINDOW_BYTES or more on a whole
  * device ring. `can_offer`: this rank can take writes into its output (it

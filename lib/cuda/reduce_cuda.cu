@@ -208,7 +208,7 @@ static __device__ __forceinline__ typename K::S red_apply(typename K::S p, typen
 /* What one launch works on: elements [0, head) and [head + nvec * lanes, n) one at a time, the
  * nvec 16-byte vectors in between as vectors. dst, dst2 and (for RED_DIV) b may be NULL (not dst
  * and dst2 both). dst2_at: where dst2 is read when the kernel runs (*dst2_at + dst2_off where
- * that pointer is not NULL; host memory the host stored before the stream got here). */
+ * that pointer is not NULL; devapi copy2_at, reduce_copy_at). */
 struct RedArgs {
     void *dst, *dst2;
     const void *a, *b;
@@ -231,7 +231,7 @@ template <class K, int OP> __global__ void __launch_bounds__(RCCI_CUDA_BLOCK) re
     const size_t stride = (size_t)gridDim.x * blockDim.x;
 
     void *dst2v = g.dst2;
-    if (g.dst2_at) { /* pinned host memory: a PCIe round trip per thread before its stores */
+    if (g.dst2_at) { /* written by earlier work on the stream (device memory: an L2 hit) */
         char *at = *(char *const volatile *)g.dst2_at;
         if (at)
             dst2v = at + g.dst2_off;
