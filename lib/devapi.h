@@ -114,7 +114,7 @@ typedef struct rcci_devapi {
      * device memory written by earlier work on the stream, or host_alloc
      * memory the host stored before the stream got here (behind a
      * wait_flag); *at + off lies at the same offset modulo 16 as off.
-     * copy2_at takes dst NULL: only the second destination. */
+     * Both take dst NULL: only the second destination. */
     rcc_result_t (*copy2_at)(void *dst, void *dst2, void *const *at, size_t off, const void *src,
                              size_t bytes, void *stream);
     rcc_result_t (*reduce_copy_at)(void *dst, void *dst2, void *const *at, size_t off,

@@ -71,8 +71,6 @@ struct rcci_devq {
     rcci_window_t win;
     void **wptr;
     void **dword; /* in device scratch: *wptr copied there behind "window", for the kernels */
-    volatile uint32_t *start; /* the caller's stream has reached the call: >= ticket */
-    uint32_t ticket;
     int gated, wstored, ustored;
     size_t ndirect; /* sends queued toward the next rank's output */
 };
@@ -386,8 +384,6 @@ rcc_result_t rcci_devq_queue(struct rcc_comm *comm, rcci_op_t *op, const rcci_de
 {
     rcc_result_t res = q_alloc(comm, op, dev, pinned, dscratch, out);
     rcci_devq_t *q = *out;
-    if (q)
-        q->start = start, q->ticket = ticket;
     if (res == RCC_SUCCESS)
         res = dev->event_create(&q->end_event);
     if (res != RCC_SUCCESS)
@@ -463,17 +459,18 @@ static rcc_result_t devq_reap(struct rcc_comm *comm, rcci_devq_t *q, int sends, 
     return RCC_SUCCESS;
 }
 
-/* The window messages (window.h): this rank's once its stream has reached
- * the operation (the previous rank may write into its output from then
- * on), then the flags the GPU waits for: the next rank's window stored,
- * and the previous rank's "unmapped". */
+/* The window messages (window.h): this rank's at once, since this runs only
+ * once the caller's stream has reached the call (stream.c, PH_START: the
+ * previous rank may write into its output from then on); then the flags
+ * the GPU waits for: the next rank's window stored, and the previous
+ * rank's "unmapped". */
 static rcc_result_t devq_window(struct rcc_comm *comm, rcci_devq_t *q, int *progressed)
 {
     rcci_window_t *w = &q->win;
     rcc_result_t res = RCC_SUCCESS;
     if (!w->on)
         return RCC_SUCCESS;
-    if (!w->posted && (int32_t)(__atomic_load_n(q->start, __ATOMIC_ACQUIRE) - q->ticket) >= 0) {
+    if (!w->posted) {
         res = rcci_window_post(comm, w, &q->tag);
         *progressed = 1;
     }
@@ -481,7 +478,7 @@ static rcc_result_t devq_window(struct rcc_comm *comm, rcci_devq_t *q, int *prog
         res = rcci_window_advance(comm, w, &q->tag, flag_load(q, F_WROTE) != 0, 1, 1, progressed);
     if (res != RCC_SUCCESS)
         return res;
-    if (!q->wstored && w->posted && rcci_window_known(w)) {
+    if (!q->wstored && rcci_window_known(w)) {
         __atomic_store_n(q->wptr, (void *)w->next, __ATOMIC_RELEASE);
         flag_store(q, F_WINDOW, 1);
         q->wstored = *progressed = 1;

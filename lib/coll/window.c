@@ -44,9 +44,9 @@ rcc_result_t rcci_window_begin(struct rcc_comm *comm, const rcci_op_t *op,
                                const rcci_link_t *from_prev, rcci_window_t *w)
 {
     memset(w, 0, sizeof *w);
-    size_t bytes = window_bytes(comm, op, sched->esize);
     if (!rcci_window_wanted(comm, op, sched->esize))
         return RCC_SUCCESS;
+    size_t bytes = window_bytes(comm, op, sched->esize);
     w->on = 1;
     w->dev = dev, w->op = op;
     w->to_next = to_next, w->from_prev = from_prev;

@@ -225,6 +225,10 @@ static void item_run(fake_stream_t *s, item_t *it)
             memcpy(it->dst2, it->src, it->n);
         break;
     case ITEM_REDUCE:
+        if (!it->dst) { /* reduce_copy_at: only the second destination */
+            rcci_reduce(it->dst2, it->src, it->src2, it->n, it->dtype, it->op, it->divisor);
+            break;
+        }
         rcci_reduce(it->dst, it->src, it->src2, it->n, it->dtype, it->op, it->divisor);
         if (it->dst2)
             memcpy(it->dst2, it->dst, it->n * rcc_datatype_size(it->dtype));
