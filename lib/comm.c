@@ -108,6 +108,8 @@ typedef struct {
     int64_t dev_chunk_bytes;  /* RCC_DEVICE_CHUNK_BYTES: device ring chunks cut alike */
     int32_t dev_pipeline;     /* RCC_DEVICE_PIPELINE, resolved (RCCI_DEVPIPE_*) */
     int64_t window_bytes;     /* RCC_CUDAIPC_WINDOW_BYTES: a window message each way, or none */
+    int32_t cpus;             /* online CPUs of this rank's host (rcci_rd_leaders) */
+    int32_t rd_leaders;       /* RCC_RD_LEADERS: 0 for auto */
 } comm_peer_t;
 
 /* A setting every rank must share (both ends of an edge act on it). */
@@ -195,6 +197,38 @@ static rcc_result_t comm_peer_info(const struct rcc_comm *comm, const comm_peer_
     return RCC_SUCCESS;
 }
 
+/* Recursive doubling's leaders: RCC_RD_LEADERS (a power of two; more than
+ * the ranks means all of them), else by the hosts' CPUs. */
+static rcc_result_t comm_choose_rd_leaders(struct rcc_comm *comm, const comm_peer_t *peers)
+{
+    int n = comm->nranks, asked = peers[comm->rank].rd_leaders;
+    if (asked & (asked - 1))
+        return rcci_error(RCC_ERR_INVALID_ARGUMENT,
+                          "RCC_RD_LEADERS=%d is not a power of two (0 for auto)", asked);
+    uint64_t *host = malloc((size_t)n * sizeof *host);
+    int *cpus = malloc((size_t)n * sizeof *cpus);
+    if (!host || !cpus) {
+        free(host), free(cpus);
+        return rcci_error(RCC_ERR_NO_MEMORY, "host tables for %d ranks", n);
+    }
+    for (int r = 0; r < n; r++)
+        host[r] = peers[r].host_hash, cpus[r] = peers[r].cpus;
+    int all = 1, here = 0;
+    while (2 * all <= n)
+        all *= 2;
+    int p = asked > 0 ? (asked < all ? asked : all) : rcci_rd_leaders(n, host, cpus);
+    for (int r = 0; r < n; r++)
+        here += host[r] == host[comm->rank];
+    if (p < all)
+        RCC_INFO("small allreduces: %d of %d ranks run recursive doubling, the others hand them "
+                 "their inputs (%s; this host: %d ranks, %d CPUs)",
+                 p, n, asked ? "RCC_RD_LEADERS" : "a host has more ranks than CPUs", here,
+                 (int)peers[comm->rank].cpus);
+    comm->rd_leaders = p;
+    free(host), free(cpus);
+    return RCC_SUCCESS;
+}
+
 /* The ring connect to `next` (`name`) failed with `res`. A next rank whose
  * own set-up failed has closed its listener and sends its reason back
  * through the bootstrap ring a moment later: that reason, where it comes,
@@ -247,6 +281,9 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     me->dev_chunk_bytes = (int64_t)comm->dev_chunk_bytes;
     me->window_bytes = rcci_param_int(RCCI_PARAM_CUDAIPC_WINDOW_BYTES);
     me->dev_pipeline = rcci_stream_device_pipeline();
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    me->cpus = cpus > 0 && cpus < INT32_MAX ? (int32_t)cpus : 1;
+    me->rd_leaders = (int32_t)rcci_param_int(RCCI_PARAM_RD_LEADERS);
     /* A GPU here: device buffers may then move GPU to GPU (devring.c). */
     me->cuda_device = rcci_stream_usable() ? rcci_devapi()->current_device() : -1;
     /* A transport that cannot start here is no failure of the communicator:
@@ -294,8 +331,10 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
                              comm->rank));
         RCC_CHECK(comm_alike("RCC_DEVICE_PIPELINE (resolved)", peers[r].dev_pipeline,
                              me->dev_pipeline, r, comm->rank));
+        RCC_CHECK(comm_alike("RCC_RD_LEADERS", peers[r].rd_leaders, me->rd_leaders, r, comm->rank));
     }
     comm->dev_pipeline = me->dev_pipeline;
+    RCC_CHECK(comm_choose_rd_leaders(comm, peers));
 
     int send_tr, recv_tr;
     char send_why[128], recv_why[128];

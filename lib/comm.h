@@ -158,6 +158,7 @@ struct rcc_comm {
     int slots;
     int algo_forced;            /* RCC_ALGO named an algorithm (else auto) ... */
     rcci_allreduce_algo_t algo; /* ... this one */
+    int rd_leaders;             /* ranks that run recursive doubling's rounds (rcci_rd_leaders) */
     rcci_bootstrap_t *bootstrap;
 
     /* Transports in use: one context per transport of rcci_transports[]. */
@@ -484,6 +485,12 @@ const char *rcci_allreduce_algo_name(int algo);
 /* The algorithm for an allreduce of `bytes` per rank on `comm` (RCC_ALGO,
  * RCC_SMALL_MAX_BYTES, RCC_MID_MAX_BYTES): the same answer on every rank. */
 rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t bytes);
+/* How many of n ranks run recursive doubling's exchanges, the others
+ * handing their inputs to them (coll/allreduce_rounds.c): the largest power
+ * of two <= n, halved while some host would run more of them than it has
+ * CPUs. host[r] and cpus[r]: rank r's host and the CPUs it sees. The same
+ * answer on every rank given the same tables. */
+int rcci_rd_leaders(int n, const uint64_t *host, const int *cpus);
 /* Starts one of the round-based ones (not the ring). */
 rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
                                          rcci_allreduce_algo_t algo, rcci_exec_t **exec);

@@ -88,6 +88,10 @@
       "allreduce algorithm: auto (rd up to RCC_SMALL_MAX_BYTES, rabenseifner up to "               \
       "RCC_MID_MAX_BYTES on 2^k ranks, else ring), ring, rabenseifner, twostep, rd, direct or "    \
       "star")                                                                                      \
+    X(RD_LEADERS, INT, "0", 0, 1 << 20,                                                            \
+      "ranks that run recursive doubling's exchanges (a power of two; the others hand their "      \
+      "input to one of them and get the result back); 0: auto, the most unless a host would run "  \
+      "more of them than it has CPUs; must be the same on every rank")                             \
     X(SMALL_MAX_BYTES, INT, "8K", 0, 1ll << 30,                                                    \
       "largest allreduce (bytes per rank) that auto runs by recursive doubling")                   \
     X(MID_MAX_BYTES, INT, "2M", 0, 1ll << 40,                                                      \

@@ -19,10 +19,19 @@
  *                 recursive doubling: 2 log2(p) rounds moving the ring's
  *                 bytes, 2(p-1)/p of the buffer per rank
  *
- * p is the largest power of two <= n. With rem = n - p, rd and rabenseifner
- * first fold the extra ranks in: each of ranks 0, 2, ..., 2rem-2 hands its
- * input to the odd rank above it (round 0) and gets the result back after
- * the last round. A rank's place among the p is its vrank.
+ * rd and rabenseifner run among p leaders, p a power of two <= n: the
+ * largest for rabenseifner; for rd also the largest, unless a host would
+ * run more leaders than it has CPUs (comm->rd_leaders, rcci_rd_leaders).
+ * The n ranks form p groups of consecutive ranks (the first n mod p groups
+ * one rank more), whose last rank leads: the others hand it their inputs
+ * (round 0), it folds them in rank order, and they get the result back
+ * after the last round. With p the largest power of two, that is the usual
+ * fold of n - p pairs. A leader's place among the p is its vrank.
+ *
+ * Why fewer leaders where ranks outnumber the CPUs: every round of
+ * recursive doubling needs every leader on a CPU, and the kernel's work per
+ * message, not the wire, is the time. 4 ranks on 2 CPUs: 2 leaders run the
+ * 8-byte allreduce in 0.57x the time of 4 (bench/results/README.md).
  *
  * All ranks end with identical bits: every pairwise reduction puts the lower
  * vrank's operand first (MAX/MIN and NaN payloads are not commutative), so
@@ -88,7 +97,8 @@ typedef struct {
     const rcci_op_t *op;
     size_t esize;
     int round; /* the round whose messages were handed out last; -1 at the start */
-    int pof2, rem, vrank, levels;
+    int nranks, pof2, vrank, levels; /* pof2: the leaders (p); vrank: -1 unless leading */
+    int group_lo, group_n;           /* this rank's group: ranks [group_lo, group_lo + group_n) */
     int rabenseifner;
     char *tmp; /* direct: every rank's input, in rank order; otherwise what a round brings */
     _Alignas(max_align_t) char tmp_mem[];
@@ -220,9 +230,80 @@ static int twostep_next(const struct rcc_comm *comm, void *state, rcci_p2p_msg_t
 
 /* ---- recursive doubling and Rabenseifner ------------------------------- */
 
+/* Group g of n ranks under p leaders: its first rank (g = p: n). */
+static int group_start(int n, int p, int g)
+{
+    int q = n / p, extra = n % p;
+    return g * q + (g < extra ? g : extra);
+}
+
+/* The group of rank r. */
+static int group_of(int n, int p, int r)
+{
+    int q = n / p, extra = n % p, big = extra * (q + 1);
+    return r < big ? r / (q + 1) : extra + (r - big) / q;
+}
+
+/* The leader of group `vrank`: its last rank. */
 static int real_rank(const rounds_t *a, int vrank)
 {
-    return vrank < a->rem ? 2 * vrank + 1 : vrank + a->rem;
+    return group_start(a->nranks, a->pof2, vrank + 1) - 1;
+}
+
+typedef struct {
+    uint64_t host;
+    int cpus;
+} host_cpus_t;
+
+static int host_cmp(const void *x, const void *y)
+{
+    uint64_t a = ((const host_cpus_t *)x)->host, b = ((const host_cpus_t *)y)->host;
+    return a < b ? -1 : a > b;
+}
+
+int rcci_rd_leaders(int n, const uint64_t *host, const int *cpus)
+{
+    int p = 1;
+    while (2 * p <= n)
+        p *= 2;
+    host_cpus_t *hosts = malloc((size_t)n * sizeof *hosts),
+                *lead = malloc((size_t)p * sizeof *lead);
+    if (!hosts || !lead) {
+        free(hosts), free(lead);
+        return p; /* the usual fold: right everywhere, only slower where ranks crowd */
+    }
+    /* Each host once, with the most CPUs any of its ranks reports. */
+    for (int r = 0; r < n; r++)
+        hosts[r] = (host_cpus_t){host[r], cpus[r]};
+    qsort(hosts, (size_t)n, sizeof *hosts, host_cmp);
+    int nhosts = 0;
+    for (int r = 0; r < n; r++) {
+        if (nhosts && hosts[nhosts - 1].host == hosts[r].host) {
+            if (hosts[r].cpus > hosts[nhosts - 1].cpus)
+                hosts[nhosts - 1].cpus = hosts[r].cpus;
+        } else {
+            hosts[nhosts++] = hosts[r];
+        }
+    }
+    for (; p > 1; p /= 2) { /* halved while some host has more leaders than CPUs */
+        for (int g = 0; g < p; g++)
+            lead[g].host = host[group_start(n, p, g + 1) - 1];
+        qsort(lead, (size_t)p, sizeof *lead, host_cmp);
+        int fits = 1;
+        for (int g = 0; g < p && fits;) {
+            int run = 1;
+            while (g + run < p && lead[g + run].host == lead[g].host)
+                run++;
+            const host_cpus_t *h =
+                bsearch(&lead[g], hosts, (size_t)nhosts, sizeof *hosts, host_cmp);
+            fits = h && run <= h->cpus;
+            g += run;
+        }
+        if (fits)
+            break;
+    }
+    free(hosts), free(lead);
+    return p;
 }
 
 /* The elements [*lo, *hi) that `vrank` holds after `halvings` rounds of
@@ -245,12 +326,23 @@ static void rounds_reduce(const struct rcc_comm *comm, rounds_t *a)
 {
     const rcci_op_t *op = a->op;
     char *acc = op->recvbuf;
-    int r = comm->rank, j = a->round, v = a->vrank, L = a->levels;
-    if (j == 0) {                    /* the fold */
-        if (r < 2 * a->rem && r % 2) /* the even rank's input comes first */
-            rcci_reduce(acc, a->tmp, op->sendbuf, op->count, op->dtype, op->redop, 1);
-        else if (r >= 2 * a->rem && op->sendbuf != op->recvbuf)
-            memcpy(acc, op->sendbuf, op->count * a->esize);
+    int j = a->round, v = a->vrank, L = a->levels;
+    if (j == 0) { /* the fold: the group's inputs in rank order, the leader's last */
+        if (v < 0)
+            return;
+        size_t bytes = op->count * a->esize;
+        int members = a->group_n - 1;
+        if (members == 0) {
+            if (op->sendbuf != op->recvbuf)
+                memcpy(acc, op->sendbuf, bytes);
+            return;
+        }
+        for (int i = 1; i < members; i++)
+            rcci_reduce(a->tmp, a->tmp, a->tmp + (size_t)i * bytes, op->count, op->dtype, op->redop,
+                        1);
+        /* One leader (L = 0): the sum is complete here. */
+        rcci_reduce(acc, a->tmp, op->sendbuf, op->count, op->dtype, op->redop,
+                    L == 0 && op->redop == RCC_AVG ? comm->nranks : 1);
         return;
     }
     if (v < 0 || j > L)
@@ -278,9 +370,13 @@ static void rounds_plan(const struct rcc_comm *comm, rounds_t *a, rcci_p2p_msg_t
     char *acc = op->recvbuf;
     int r = comm->rank, j = a->round, v = a->vrank, L = a->levels;
     int body = a->rabenseifner ? 2 * L : L, k = 0;
-    if (j == 0) {
-        if (r < 2 * a->rem)
-            add_msg(msgs, &k, r % 2 ? r - 1 : r + 1, !(r % 2), r % 2 ? a->tmp : op->sendbuf, bytes);
+    int leader = a->group_lo + a->group_n - 1;
+    if (j == 0) { /* the fold */
+        if (r != leader)
+            add_msg(msgs, &k, leader, 1, op->sendbuf, bytes);
+        else
+            for (int i = 0; i < a->group_n - 1; i++)
+                add_msg(msgs, &k, a->group_lo + i, 0, a->tmp + (size_t)i * bytes, bytes);
     } else if (j <= body && v >= 0) {
         if (!a->rabenseifner) {
             int peer = real_rank(a, v ^ (1 << (j - 1)));
@@ -302,8 +398,11 @@ static void rounds_plan(const struct rcc_comm *comm, rounds_t *a, rcci_p2p_msg_t
             add_msg(msgs, &k, peer, 0, acc + plo * es, (phi - plo) * es);
         }
     } else if (j == body + 1) { /* the unfold */
-        if (r < 2 * a->rem)
-            add_msg(msgs, &k, r % 2 ? r - 1 : r + 1, r % 2, acc, bytes);
+        if (r != leader)
+            add_msg(msgs, &k, leader, 0, acc, bytes);
+        else
+            for (int i = 0; i < a->group_n - 1; i++)
+                add_msg(msgs, &k, a->group_lo + i, 1, acc, bytes);
     }
     *nmsgs = k;
 }
@@ -328,13 +427,23 @@ rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
 {
     int n = comm->nranks, r = comm->rank;
     size_t esize = rcc_datatype_size(op->dtype), bytes = op->count * esize;
+    /* rd and rabenseifner: the leaders, and this rank's group */
+    int p = 1, levels = 0;
+    while (2 * p <= n)
+        p *= 2, levels++;
+    if (algo == RCCI_ALLREDUCE_RD && comm->rd_leaders > 0)
+        while (p > comm->rd_leaders)
+            p /= 2, levels--;
+    int group = group_of(n, p, r), group_lo = group_start(n, p, group);
+    int group_n = group_start(n, p, group + 1) - group_lo;
     /* direct: every rank's input; twostep: every rank's part of this rank's
-     * block; the others: the fold's whole input (rabenseifner's rounds need
-     * at most half) */
+     * block; the others: a leader's members' inputs, at least one buffer
+     * (rabenseifner's rounds need at most half) */
     int star_root_here = algo == RCCI_ALLREDUCE_STAR && star_root(op, n) == r;
     size_t tmp_bytes = algo == RCCI_ALLREDUCE_DIRECT || star_root_here ? (size_t)n * bytes
-                       : algo == RCCI_ALLREDUCE_TWOSTEP ? (size_t)n * (op->count / n + 1) * esize
-                                                        : bytes;
+                       : algo == RCCI_ALLREDUCE_TWOSTEP
+                           ? (size_t)n * (op->count / n + 1) * esize
+                           : (size_t)(group_n > 2 ? group_n - 1 : 1) * bytes;
     rounds_t *a = malloc(sizeof *a + tmp_bytes);
     if (!a)
         return rcci_error(RCC_ERR_NO_MEMORY, "allreduce of %zu bytes on %d ranks: buffers", bytes,
@@ -359,12 +468,13 @@ rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
         return rcci_p2p_rounds_start(comm, op, "allreduce (two steps)", twostep_next, a,
                                      2 * (n - 1), exec);
     a->rabenseifner = algo == RCCI_ALLREDUCE_RABENSEIFNER;
-    a->pof2 = 1;
-    while (2 * a->pof2 <= n)
-        a->pof2 *= 2, a->levels++;
-    a->rem = n - a->pof2;
-    a->vrank = r < 2 * a->rem ? (r % 2 ? r / 2 : -1) : r - a->rem;
+    a->nranks = n;
+    a->pof2 = p;
+    a->levels = levels;
+    a->group_lo = group_lo;
+    a->group_n = group_n;
+    a->vrank = r == group_lo + group_n - 1 ? group : -1;
     return rcci_p2p_rounds_start(
         comm, op, a->rabenseifner ? "allreduce (rabenseifner)" : "allreduce (recursive doubling)",
-        rounds_next, a, 2, exec);
+        rounds_next, a, group_n - 1 > 2 ? group_n - 1 : 2, exec);
 }

@@ -343,6 +343,25 @@ END_TEST
 START_TEST(rd_algorithm_forced) { ck_assert_int_eq(mp_run(_i, rank_algorithms, "rd", 300), 0); }
 END_TEST
 
+/* Recursive doubling among fewer leaders than ranks (arg: RCC_RD_LEADERS):
+ * groups of 1 to 8 ranks fold into their last rank. */
+static int rank_rd_leaders(int rank, int n, void *arg)
+{
+    setenv("RCC_RD_LEADERS", arg, 1);
+    if (rank_algorithms(rank, n, "rd"))
+        MP_FAIL("RCC_RD_LEADERS=%s: wrong results", (char *)arg);
+    return rank_identical_bits(rank, n, "rd");
+}
+
+/* Every count of leaders from 1 up to the ranks (a larger one means all). */
+START_TEST(rd_leaders_forced)
+{
+    static char *const leaders[] = {"1", "2", "4", "8"};
+    for (int p = 0; p < 4 && (p == 0 || 1 << (p - 1) < _i); p++)
+        ck_assert_int_eq(mp_run(_i, rank_rd_leaders, leaders[p], 300), 0);
+}
+END_TEST
+
 /* The root moves with each operation: the checks in a row give every rank
  * that part. */
 START_TEST(star_algorithm_forced) { ck_assert_int_eq(mp_run(_i, rank_algorithms, "star", 300), 0); }
@@ -705,6 +724,7 @@ static Suite *allreduce_suite(void)
     tcase_add_loop_test(algos, identical_bits, 2, 7);
     tcase_add_loop_test(algos, ring_algorithm_forced, 1, 6);
     tcase_add_loop_test(algos, rd_algorithm_forced, 1, 9);
+    tcase_add_loop_test(algos, rd_leaders_forced, 1, 9);
     tcase_add_loop_test(algos, rabenseifner_algorithm_forced, 1, 9);
     tcase_add_loop_test(algos, twostep_algorithm_forced, 1, 9);
     tcase_add_loop_test(algos, direct_algorithm_forced, 1, 6);

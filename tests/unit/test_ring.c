@@ -10,6 +10,7 @@
 
 #include "../check_main.h"
 
+#include "comm.h"
 #include "coll/ring.h"
 #include "coll/schedule.h"
 
@@ -313,6 +314,41 @@ START_TEST(every_schedule_simulated)
 }
 END_TEST
 
+/* Recursive doubling's leaders: `hosts` hosts of ranks in blocks, `cpus` CPUs each. */
+static int leaders_on(int n, int hosts, int cpus)
+{
+    uint64_t host[64];
+    int cpu[64];
+    for (int r = 0; r < n; r++)
+        host[r] = 0x9e3779b97f4a7c15ull * (uint64_t)(1 + r * hosts / n), cpu[r] = cpus;
+    return rcci_rd_leaders(n, host, cpu);
+}
+
+START_TEST(rd_leaders_fit_the_cpus)
+{
+    /* ranks, hosts, CPUs per host: leaders */
+    static const int cases[][4] = {
+        {1, 1, 1, 1}, {2, 1, 1, 1}, {2, 1, 2, 2},  {3, 1, 2, 2},    {4, 1, 2, 2},    {4, 1, 4, 4},
+        {4, 1, 3, 2}, {5, 1, 2, 2}, {5, 1, 8, 4},  {8, 1, 2, 2},    {8, 1, 1, 1},    {8, 2, 2, 4},
+        {8, 2, 1, 2}, {8, 4, 2, 8}, {12, 3, 2, 4}, {16, 1, 64, 16}, {63, 1, 64, 32}, {64, 8, 4, 32},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_msg(leaders_on(cases[i][0], cases[i][1], cases[i][2]) == cases[i][3],
+                      "%d ranks on %d hosts of %d CPUs: %d leaders, expected %d", cases[i][0],
+                      cases[i][1], cases[i][2], leaders_on(cases[i][0], cases[i][1], cases[i][2]),
+                      cases[i][3]);
+    /* A host's CPUs are the most any of its ranks sees. */
+    uint64_t host[4] = {7, 7, 7, 7};
+    int cpu[4] = {1, 4, 1, 1};
+    ck_assert_int_eq(rcci_rd_leaders(4, host, cpu), 4);
+    /* Groups that straddle hosts: 6 ranks, hosts {0,1,2} and {3,4,5}, 2 CPUs each; 4 leaders
+     * (ranks 1, 3, 4, 5) would put 3 on the second host. */
+    uint64_t h6[6] = {1, 1, 1, 2, 2, 2};
+    int c6[6] = {2, 2, 2, 2, 2, 2};
+    ck_assert_int_eq(rcci_rd_leaders(6, h6, c6), 2);
+}
+END_TEST
+
 static Suite *ring_suite(void)
 {
     Suite *s = suite_create("ring_schedule");
@@ -322,6 +358,7 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, edges_agree);
     tcase_add_test(tc, simulated_ring_reduces_correctly);
     tcase_add_test(tc, every_schedule_simulated);
+    tcase_add_test(tc, rd_leaders_fit_the_cpus);
     suite_add_tcase(s, tc);
     return s;
 }
