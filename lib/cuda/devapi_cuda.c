@@ -120,6 +120,11 @@ static void cuda_dev_free(void *p, void *stream)
 
 static rcc_result_t cuda_stream_create(void **stream)
 {
+    /* Every stream of ours may come to wait on the progress thread's flags: the kernels must be
+     * loaded before (rcci_cuda_preload). */
+    rcc_result_t res = rcci_cuda_preload();
+    if (res != RCC_SUCCESS)
+        return res;
     cudaStream_t s;
     cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     if (e != cudaSuccess)

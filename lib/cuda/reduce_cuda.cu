@@ -321,6 +321,33 @@ template <class K, int OP> static rcc_result_t red_grid_max(int *grid)
     return RCC_SUCCESS;
 }
 
+/* Loads red_kernel<K, OP> now (cudaFuncGetAttributes does, whatever CUDA_MODULE_LOADING says)
+ * and fills its grid size cache. */
+template <class K, int OP> static rcc_result_t red_preload_one()
+{
+    cudaFuncAttributes attr;
+    cudaError_t err = cudaFuncGetAttributes(&attr, red_kernel<K, OP>);
+    if (err != cudaSuccess)
+        return red_cuda_error(err, "cudaFuncGetAttributes (loading the reduction kernels)");
+    int grid;
+    return red_grid_max<K, OP>(&grid);
+}
+
+/* Every op red_dispatch_op instantiates for K. */
+template <class K> static rcc_result_t red_preload_type()
+{
+    rcc_result_t (*const ops[])() = {red_preload_one<K, RCC_SUM>, red_preload_one<K, RCC_PROD>,
+                                     red_preload_one<K, RCC_MAX>, red_preload_one<K, RCC_MIN>,
+                                     red_preload_one<K, RCC_AVG>, red_preload_one<K, RED_DIV>,
+                                     red_preload_one<K, RED_COPY>};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        rcc_result_t res = ops[i]();
+        if (res != RCC_SUCCESS)
+            return res;
+    }
+    return RCC_SUCCESS;
+}
+
 /* A second destination read when the kernel runs (RedArgs::dst2_at), none by default. */
 struct RedAt {
     void *const *at;
@@ -470,10 +497,34 @@ extern "C" rcc_result_t rcci_cuda_divide(void *dst, const void *src, size_t n, r
         return RCC_SUCCESS;
     if (divisor <= 1) {
         cudaError_t err =
-            cudaMemcpyAsync(dst, src, n * size, cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
+            cudaMemcpyAsync(dst, src, n * size, cudaMemcpyDefault, (cudaStream_t)stream);
         return err == cudaSuccess ? RCC_SUCCESS : red_cuda_error(err, "cudaMemcpyAsync");
     }
     return red_dispatch(dst, NULL, src, NULL, n, dtype, RED_DIV, divisor, stream);
+}
+
+extern "C" rcc_result_t rcci_cuda_preload(void)
+{
+    static std::atomic<int> loaded[RED_MAX_DEVICES];
+    int dev;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess)
+        return red_cuda_error(err, "cudaGetDevice");
+    if (dev < RED_MAX_DEVICES && loaded[dev].load(std::memory_order_acquire))
+        return RCC_SUCCESS;
+    rcc_result_t (*const types[])() = {
+        red_preload_type<RedI8>,  red_preload_type<RedU8>,  red_preload_type<RedI32>,
+        red_preload_type<RedU32>, red_preload_type<RedI64>, red_preload_type<RedU64>,
+        red_preload_type<RedF16>, red_preload_type<RedF32>, red_preload_type<RedF64>,
+        red_preload_type<RedBF16>};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        rcc_result_t res = types[i]();
+        if (res != RCC_SUCCESS)
+            return res;
+    }
+    if (dev < RED_MAX_DEVICES) /* two threads may both load: harmless */
+        loaded[dev].store(1, std::memory_order_release);
+    return RCC_SUCCESS;
 }
 
 extern "C" int rcci_cuda_device_count(char *why, size_t size)

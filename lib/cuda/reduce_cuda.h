@@ -46,6 +46,13 @@ rcc_result_t rcci_cuda_reduce_copy_at(void *dst, void *dst2, void *const *at, si
 rcc_result_t rcci_cuda_copy2_at(void *dst, void *dst2, void *const *at, size_t off, const void *src,
                                 size_t bytes, void *stream);
 
+/* Loads every kernel above onto the current device, once per device per process (later calls
+ * return at once). CUDA loads kernels lazily by default (Linux, since 12.2), and loading one may
+ * wait for the whole context: the first launch of a kernel queued behind a wait on a flag that
+ * only this process's progress thread stores (the device ring, queued at the call) would never
+ * return. Called before any such wait can be queued (devapi stream_create). Errors:
+ * RCC_ERR_CUDA naming the call. */
+rcc_result_t rcci_cuda_preload(void);
 /* dst[i] = src[i] / divisor, as rcci_divide: a divisor below 2 copies (dst may equal src). */
 rcc_result_t rcci_cuda_divide(void *dst, const void *src, size_t n, rcc_datatype_t dtype,
                               int divisor, void *stream);
