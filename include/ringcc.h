@@ -483,6 +483,13 @@ RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
  * outermost rcc_group_end, like host calls, and each stream of the group
  * waits for all of the group's operations issued on it.
  *
+ * The communicator's GPU is the device current on the thread that created
+ * it; a call made while another device is current works on the
+ * communicator's and leaves the caller's current again. A stream that is
+ * capturing a CUDA graph is RCC_ERR_UNSUPPORTED, and nothing is queued on
+ * it: the operations are not capturable (each call's flags carry a ticket
+ * of its own, which a replayed graph would reuse).
+ *
  * Thread-safety and ordering rules are those of the host collectives.
  * ------------------------------------------------------------------------- */
 

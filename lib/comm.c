@@ -286,6 +286,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     me->rd_leaders = (int32_t)rcci_param_int(RCCI_PARAM_RD_LEADERS);
     /* A GPU here: device buffers may then move GPU to GPU (devring.c). */
     me->cuda_device = rcci_stream_usable() ? rcci_devapi()->current_device() : -1;
+    comm->cuda_device = me->cuda_device;
     /* A transport that cannot start here is no failure of the communicator:
      * its reason must not linger as this thread's last error and cause. */
     char saved_text[RCCI_ERR_TEXT_BYTES], saved_cause[RCCI_ERR_TEXT_BYTES];

@@ -155,6 +155,7 @@ struct rcc_comm {
     size_t chunk_bytes;
     size_t dev_chunk_bytes; /* RCC_DEVICE_CHUNK_BYTES: operations on the device ring */
     int dev_pipeline;       /* RCCI_DEVPIPE_*: how device buffers go (stream.c, devring.c) */
+    int cuda_device;        /* the GPU current at creation, -1 none: its stream calls use it */
     int slots;
     int algo_forced;            /* RCC_ALGO named an algorithm (else auto) ... */
     rcci_allreduce_algo_t algo; /* ... this one */

@@ -24,8 +24,8 @@ typedef struct rcci_devapi {
      * host transport), 0 for host memory of any kind. */
     int (*is_device)(const void *p);
     /* The calling thread's current device, and making it another thread's
-     * (the progress thread works on the device of the thread that made the
-     * communicator's stream state). */
+     * (stream calls and the progress thread work on the communicator's
+     * device: the one current when it was made). */
     int (*current_device)(void);
     rcc_result_t (*use_device)(int device);
     /* Host memory the device can read and write (pinned, mapped), zeroed. */
@@ -120,6 +120,11 @@ typedef struct rcci_devapi {
     rcc_result_t (*reduce_copy_at)(void *dst, void *dst2, void *const *at, size_t off,
                                    const void *a, const void *b, size_t n, rcc_datatype_t dtype,
                                    rcc_redop_t op, int divisor, void *stream);
+    /* 1 in *capturing when the stream is capturing a graph (CUDA graphs):
+     * work queued on it then runs only when the graph is launched, maybe
+     * many times, while each stream operation's flags carry one call's
+     * ticket. NULL in a table means never. */
+    rcc_result_t (*stream_capturing)(void *stream, int *capturing);
 } rcci_devapi_t;
 
 /* Size of an ipc_alloc handle (CUDA's cudaIpcMemHandle_t is 64 bytes). */

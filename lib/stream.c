@@ -166,7 +166,7 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
         } else {
             s->comm = comm;
             s->dev = rcci_devapi();
-            s->device = s->dev->current_device();
+            s->device = comm->cuda_device >= 0 ? comm->cuda_device : s->dev->current_device();
             pthread_mutex_init(&s->cache_lock, NULL);
             pthread_mutex_init(&s->submit_lock, NULL);
             void *flags = NULL;
@@ -725,9 +725,33 @@ rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stre
         rcci_op_release(op);
         return res;
     }
+    int capturing = 0;
+    if (s->dev->stream_capturing &&
+        (res = s->dev->stream_capturing(stream, &capturing)) == RCC_SUCCESS && capturing)
+        res = rcci_error(RCC_ERR_UNSUPPORTED,
+                         "the stream is capturing a CUDA graph: ringcc's stream operations cannot "
+                         "be captured (each call's flags carry its own ticket); call it outside "
+                         "the capture");
+    /* The caller's thread may have another device current: the
+     * communicator's own for the call (its streams, events and kernels),
+     * the caller's again after. */
+    int mine = s->dev->current_device();
+    if (res == RCC_SUCCESS && mine != s->device)
+        res = s->dev->use_device(s->device);
+    if (res != RCC_SUCCESS) {
+        rcci_op_release(op);
+        return res;
+    }
     pthread_mutex_lock(&s->submit_lock);
     res = stream_submit(comm, s, op, stream);
     pthread_mutex_unlock(&s->submit_lock);
+    if (mine != s->device && mine >= 0) {
+        char text[RCCI_ERR_TEXT_BYTES], cause[RCCI_ERR_TEXT_BYTES];
+        snprintf(text, sizeof text, "%s", rcci_tls_error());
+        snprintf(cause, sizeof cause, "%s", rcci_tls_cause());
+        s->dev->use_device(mine); /* cannot fail where it was current a moment ago */
+        rcci_tls_error_restore(text, cause);
+    }
     return res;
 }
 

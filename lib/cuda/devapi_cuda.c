@@ -467,6 +467,16 @@ static rcc_result_t cuda_flush_remote_writes(void)
     return cuda_fail(e, "cudaDeviceFlushGPUDirectRDMAWrites");
 }
 
+static rcc_result_t cuda_stream_capturing(void *stream, int *capturing)
+{
+    enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing((cudaStream_t)stream, &status);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaStreamIsCapturing");
+    *capturing = status != cudaStreamCaptureStatusNone;
+    return RCC_SUCCESS;
+}
+
 const rcci_devapi_t rcci_devapi_cuda = {
     .name = "cuda",
     .device_count = rcci_cuda_device_count,
@@ -499,4 +509,5 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .flush_remote_writes = cuda_flush_remote_writes,
     .copy2_at = rcci_cuda_copy2_at,
     .reduce_copy_at = rcci_cuda_reduce_copy_at,
+    .stream_capturing = cuda_stream_capturing,
 };

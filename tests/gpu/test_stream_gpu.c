@@ -148,6 +148,17 @@ static int rank_main(int rank, int n, void *arg)
     if (res != RCC_SUCCESS)
         MP_FAIL("rank %d: send/recv group: %s: %s", rank, rcc_result_name(res),
                 rcc_last_error(NULL));
+    /* A stream capturing a CUDA graph is refused at once (each call's flags carry its own
+     * ticket, which a graph would replay), and nothing is left queued on it. */
+    CU(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    res = rcc_allreduce_stream(dsend, dsend, cnt, RCC_INT32, RCC_SUM, comm, st);
+    cudaGraph_t graph = NULL;
+    CU(cudaStreamEndCapture(st, &graph));
+    if (res != RCC_ERR_UNSUPPORTED)
+        MP_FAIL("rank %d: an allreduce on a capturing stream gave %s: %s", rank,
+                rcc_result_name(res), rcc_last_error(NULL));
+    if (graph)
+        cudaGraphDestroy(graph);
     res = rcc_barrier(comm); /* nobody leaves before all have checked their health */
     if (res != RCC_SUCCESS)
         MP_FAIL("rank %d: barrier: %s", rank, rcc_result_name(res));

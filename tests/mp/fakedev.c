@@ -648,6 +648,17 @@ static rcc_result_t fake_ipc_size(void *p, size_t *bytes)
                  : rcci_error(RCC_ERR_INVALID_ARGUMENT, "fake device: %p is no peer's mapping", p);
 }
 
+static atomic_int capturing_now;
+
+void fakedev_set_capturing(int on) { atomic_store(&capturing_now, on); }
+
+static rcc_result_t fake_stream_capturing(void *stream, int *capturing)
+{
+    (void)stream;
+    *capturing = atomic_load(&capturing_now);
+    return RCC_SUCCESS;
+}
+
 static const rcci_devapi_t fake_api = {
     .name = "fake",
     .device_count = fake_device_count,
@@ -678,6 +689,7 @@ static const rcci_devapi_t fake_api = {
     .ipc_size = fake_ipc_size,
     .copy2_at = fake_copy2_at,
     .reduce_copy_at = fake_reduce_copy_at,
+    .stream_capturing = fake_stream_capturing,
 };
 
 void fakedev_install(void) { rcci_devapi_set(&fake_api); }

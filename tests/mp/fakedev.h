@@ -33,6 +33,9 @@ int fakedev_stream_sync(void *stream, double timeout_s);
 /* How many fused reduce-and-copy calls (devapi reduce_copy) this process
  * has queued: tests check that the pipeline forwards reduced chunks so. */
 size_t fakedev_reduce_copies(void);
+/* From now on every stream reports (1) or stops reporting (0) that it is
+ * capturing a CUDA graph. */
+void fakedev_set_capturing(int on);
 /* Of the reductions queued: those whose received operand was read in the
  * receive slot it landed in (exported memory: the cudaipc transport's,
  * in place); and of the reductions and copy2s, those that wrote their

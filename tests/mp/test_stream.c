@@ -267,6 +267,51 @@ static int rank_p2p(int rank, int n, void *arg)
     return td_finish(comm, bad);
 }
 
+/* ---- a stream capturing a CUDA graph is refused --------------------------------- */
+
+static int rank_capture(int rank, int n, void *arg)
+{
+    (void)arg;
+    (void)n;
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(60000);
+    void *stream = fakedev_stream_create();
+    const size_t count = 1001;
+    float *d = fakedev_malloc(count * sizeof *d), got[1001], ones[1001];
+    for (size_t i = 0; i < count; i++)
+        ones[i] = 1;
+    kcopy_t fill = {d, ones, sizeof ones, 0, 0, 0};
+    fakedev_launch(stream, kern_copy, &fill);
+    fakedev_set_capturing(1);
+    rcc_result_t res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
+    fakedev_set_capturing(0);
+    if (res != RCC_ERR_UNSUPPORTED || !strstr(rcc_last_error(NULL), "capturing a CUDA graph"))
+        MP_FAIL("rank %d: an allreduce on a capturing stream gave %s: %s", rank,
+                rcc_result_name(res), rcc_last_error(NULL));
+    /* Nothing was queued or numbered: the next call runs as if there had been none. */
+    res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
+    kcopy_t snap = {got, d, sizeof got, 0, 0, 0};
+    fakedev_launch(stream, kern_copy, &snap);
+    if (res != RCC_SUCCESS || fakedev_stream_sync(stream, 60))
+        MP_FAIL("rank %d: the allreduce after: %s: %s", rank, rcc_result_name(res),
+                rcc_last_error(comm));
+    int bad = 0;
+    for (size_t i = 0; i < count && !bad; i++)
+        if (got[i] != (float)n) {
+            fprintf(stderr, "rank %d: element %zu is %g, not %d\n", rank, i, got[i], n);
+            bad = 1;
+        }
+    fakedev_free(d);
+    fakedev_stream_destroy(stream);
+    return td_finish(comm, bad);
+}
+
+START_TEST(capturing_stream_is_refused)
+{
+    ck_assert_int_eq(mp_run(_i, rank_capture, NULL, 120), 0);
+}
+END_TEST
+
 START_TEST(p2p_on_a_stream) { ck_assert_int_eq(mp_run(_i, rank_p2p, NULL, 120), 0); }
 END_TEST
 
@@ -642,6 +687,7 @@ static Suite *stream_suite(void)
     tcase_add_loop_test(tc, collectives_on_a_stream, 1, 6);
     tcase_add_loop_test(tc, collectives_on_a_stream_tcp, 2, 5);
     tcase_add_loop_test(tc, p2p_on_a_stream, 1, 6);
+    tcase_add_loop_test(tc, capturing_stream_is_refused, 1, 4);
     tcase_add_loop_test(tc, device_collectives_in_a_group, 2, 5);
     tcase_add_loop_test(tc, device_collectives_in_a_group_tcp, 2, 4);
     tcase_add_loop_test(tc, failure_releases_the_stream, 2, 5);
