@@ -481,7 +481,12 @@ RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
  *
  * Inside a group (rcc_group_start/end) stream calls are launched at the
  * outermost rcc_group_end, like host calls, and each stream of the group
- * waits for all of the group's operations issued on it.
+ * waits for all of the group's operations issued on it. A group holds at
+ * most 4096 stream calls per communicator: the next is refused at once
+ * (RCC_ERR_INVALID_USAGE, nothing queued) and the group's others still run.
+ * Outside groups, a call made while 4096 of the communicator's stream
+ * operations are still pending waits for the oldest to end (within the
+ * timeout).
  *
  * The communicator's GPU is the device current on the thread that created
  * it; a call made while another device is current works on the

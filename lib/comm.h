@@ -257,6 +257,9 @@ rcc_result_t rcci_config_check(const rcc_config_t *config, int64_t *timeout_ns,
  * operations are handed to the group instead of being queued; `owned` is
  * the request of a blocking call, which rcc_group_end waits for and frees. */
 int rcci_group_active(void);
+/* The open group's number, unique in the process (any thread's groups);
+ * 0 outside groups. */
+uint64_t rcci_group_serial(void);
 rcc_result_t rcci_group_add(struct rcc_comm *comm, rcci_op_t *op, rcc_request_t owned);
 /* Unpacks a fused operation's result into its members and completes them. */
 void rcci_group_complete_fused(rcci_op_t *fused, rcc_result_t res);

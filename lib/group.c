@@ -25,11 +25,17 @@ static _Thread_local int group_depth;
 static _Thread_local group_entry_t *group_entries;
 static _Thread_local int group_count, group_cap;
 
+static _Thread_local uint64_t group_serial_now; /* the open group's; 0 outside groups */
+static atomic_uint_fast64_t group_serials;
+
 int rcci_group_active(void) { return group_depth > 0; }
+
+uint64_t rcci_group_serial(void) { return group_depth > 0 ? group_serial_now : 0; }
 
 rcc_result_t rcc_group_start(void)
 {
-    group_depth++;
+    if (group_depth++ == 0)
+        group_serial_now = atomic_fetch_add(&group_serials, 1) + 1;
     return RCC_SUCCESS;
 }
 

@@ -51,7 +51,7 @@
 /* Marks per communicator: taken in turn, a pair is reused only once the
  * operation that had it last has ended (the caller waits for that, within
  * the timeout, when more operations than this are pending). */
-#define STREAM_MARKS 256
+#define STREAM_MARKS 4096
 /* Pinned staging buffers are kept until the communicator goes, never freed
  * while it runs: cudaFreeHost waits for the whole device, and a caller's
  * stream may be waiting (cuStreamWaitValue32) for a flag that only this
@@ -130,6 +130,7 @@ struct rcci_streams {
     uint32_t tickets;         /* the last handed out (never 0); under comm->lock */
     uint64_t issued;          /* tickets handed out: picks the pair; under comm->lock */
     uint32_t last[STREAM_MARKS]; /* per pair, the ticket of its last operation (0: none) */
+    uint64_t last_group[STREAM_MARKS]; /* ... and the group it was called in (0: none) */
     int device;               /* of the first stream call's thread */
     void *copy_stream;        /* staging copies; the queued device path's work */
     /* Held from a call's ticket until its operation is queued for the
@@ -760,14 +761,27 @@ static rcc_result_t stream_submit(struct rcc_comm *comm, struct rcci_streams *s,
 {
     rcc_result_t res;
     pthread_mutex_lock(&comm->lock);
+    /* Pairs in turn by a count that does not wrap, each remembering its
+     * last ticket: right also after the tickets wrap (2^32 operations). */
+    size_t k = (size_t)(s->issued % STREAM_MARKS);
+    uint64_t group = rcci_group_serial();
+    if (group && s->last_group[k] == group) {
+        /* Its pair's last operation is in this open group: launched only at
+         * rcc_group_end, it cannot end before this call would have to wait. */
+        pthread_mutex_unlock(&comm->lock);
+        rcci_op_release(op);
+        return rcci_error(RCC_ERR_INVALID_USAGE,
+                          "more than %d stream operations on one communicator in one group: "
+                          "end the group (rcc_group_end) before the next",
+                          STREAM_MARKS);
+    }
+    s->issued++;
     uint32_t ticket = ++s->tickets;
     if (ticket == 0) /* 0 is the flags' initial value: never a ticket */
         ticket = ++s->tickets;
-    /* Pairs in turn by a count that does not wrap, each remembering its
-     * last ticket: right also after the tickets wrap (2^32 operations). */
-    size_t k = (size_t)(s->issued++ % STREAM_MARKS);
     uint32_t prev = s->last[k];
     s->last[k] = ticket;
+    s->last_group[k] = group;
     pthread_mutex_unlock(&comm->lock);
     volatile uint32_t *start = &s->flags[2 * k], *done = &s->flags[2 * k + 1];
     op->on_stream = 1;

@@ -312,6 +312,66 @@ START_TEST(capturing_stream_is_refused)
 }
 END_TEST
 
+/* ---- more stream calls in one group than a communicator has marks ------------------ */
+
+static int64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* A group holds up to 4096 stream calls per communicator (stream.c's marks); the next is
+ * refused at once, naming the limit, and the group's calls still run. */
+static int rank_big_group(int rank, int n, void *arg)
+{
+    (void)arg;
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(60000);
+    void *stream = fakedev_stream_create();
+    enum { CALLS = 4096 };
+    int32_t *d = fakedev_malloc(CALLS * sizeof *d), *got = malloc(CALLS * sizeof *got);
+    int32_t *in = malloc(CALLS * sizeof *in);
+    for (int i = 0; i < CALLS; i++)
+        in[i] = i + rank;
+    kcopy_t fill = {d, in, CALLS * sizeof *d, 0, 0, 0};
+    fakedev_launch(stream, kern_copy, &fill);
+    rcc_group_start();
+    rcc_result_t res = RCC_SUCCESS;
+    for (int i = 0; i < CALLS && res == RCC_SUCCESS; i++)
+        res = rcc_allreduce_stream(d + i, d + i, 1, RCC_INT32, RCC_SUM, comm, stream);
+    int64_t t0 = now_ms();
+    rcc_result_t over = rcc_allreduce_stream(d, d, 1, RCC_INT32, RCC_SUM, comm, stream);
+    int64_t took = now_ms() - t0;
+    char why[512];
+    snprintf(why, sizeof why, "%s", rcc_last_error(NULL));
+    rcc_result_t end = rcc_group_end();
+    kcopy_t snap = {got, d, CALLS * sizeof *got, 0, 0, 0};
+    fakedev_launch(stream, kern_copy, &snap);
+    if (res != RCC_SUCCESS || end != RCC_SUCCESS || fakedev_stream_sync(stream, 120))
+        MP_FAIL("rank %d: %d calls in a group: %s, group end %s: %s", rank, CALLS,
+                rcc_result_name(res), rcc_result_name(end), rcc_last_error(comm));
+    if (over != RCC_ERR_INVALID_USAGE || !strstr(why, "4096") || took > 1000)
+        MP_FAIL("rank %d: call %d of a group gave %s after %lld ms: %s", rank, CALLS + 1,
+                rcc_result_name(over), (long long)took, why);
+    int bad = 0;
+    for (int i = 0; i < CALLS && !bad; i++)
+        if (got[i] != n * i + n * (n - 1) / 2) {
+            fprintf(stderr, "rank %d: element %d is %d\n", rank, i, (int)got[i]);
+            bad = 1;
+        }
+    fakedev_free(d);
+    free(got), free(in);
+    fakedev_stream_destroy(stream);
+    return td_finish(comm, bad);
+}
+
+START_TEST(group_past_the_marks_is_refused)
+{
+    ck_assert_int_eq(mp_run(_i, rank_big_group, NULL, 300), 0);
+}
+END_TEST
+
 START_TEST(p2p_on_a_stream) { ck_assert_int_eq(mp_run(_i, rank_p2p, NULL, 120), 0); }
 END_TEST
 
@@ -688,6 +748,7 @@ static Suite *stream_suite(void)
     tcase_add_loop_test(tc, collectives_on_a_stream_tcp, 2, 5);
     tcase_add_loop_test(tc, p2p_on_a_stream, 1, 6);
     tcase_add_loop_test(tc, capturing_stream_is_refused, 1, 4);
+    tcase_add_loop_test(tc, group_past_the_marks_is_refused, 2, 3);
     tcase_add_loop_test(tc, device_collectives_in_a_group, 2, 5);
     tcase_add_loop_test(tc, device_collectives_in_a_group_tcp, 2, 4);
     tcase_add_loop_test(tc, failure_releases_the_stream, 2, 5);
