@@ -75,9 +75,23 @@ struct rcci_devq {
     size_t ndirect; /* sends queued toward the next rank's output */
 };
 
-static size_t devq_flags_offset(size_t slots, size_t chunk)
+/* Which of this rank's edges the device ring carries (then the transport's
+ * slots hold that direction's chunks, and the pinned area has none). */
+static void devq_edges(const struct rcc_comm *comm, int *sq, int *rq)
 {
-    return (2 * slots * chunk + DEVQ_FLAG_STRIDE - 1) / DEVQ_FLAG_STRIDE * DEVQ_FLAG_STRIDE;
+    *sq = comm->dev_pipeline == RCCI_DEVPIPE_RING && comm->dsend_link.nconns > 0;
+    *rq = comm->dev_pipeline == RCCI_DEVPIPE_RING && comm->drecv_link.nconns > 0;
+}
+
+/* The pinned area: receive slots (unless rq), send slots (unless sq), then the flags. */
+static size_t devq_slots_bytes(int queued, size_t slots, size_t chunk)
+{
+    return queued ? 0 : slots * chunk;
+}
+
+static size_t devq_flags_offset(size_t slot_bytes)
+{
+    return (slot_bytes + DEVQ_FLAG_STRIDE - 1) / DEVQ_FLAG_STRIDE * DEVQ_FLAG_STRIDE;
 }
 
 /* Where the device word lies in the operation's device scratch. */
@@ -97,7 +111,11 @@ size_t rcci_devq_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
 
 size_t rcci_devq_pinned_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
 {
-    return devq_flags_offset((size_t)comm->slots, rcci_coll_device_chunk(comm, op)) +
+    int sq, rq;
+    devq_edges(comm, &sq, &rq);
+    size_t slots = (size_t)comm->slots, chunk = rcci_coll_device_chunk(comm, op);
+    return devq_flags_offset(devq_slots_bytes(rq, slots, chunk) +
+                             devq_slots_bytes(sq, slots, chunk)) +
            DEVQ_FLAGS_BYTES;
 }
 
@@ -342,17 +360,20 @@ static rcc_result_t q_alloc(struct rcc_comm *comm, rcci_op_t *op, const rcci_dev
     q->rl = &comm->recv_link;
     /* Where this rank has edges of the device ring (devring.c), they carry
      * the operation; the peer at their other end does the same. */
-    if (comm->dev_pipeline == RCCI_DEVPIPE_RING && comm->dsend_link.nconns > 0)
-        q->sl = &comm->dsend_link, q->sq = 1;
-    if (comm->dev_pipeline == RCCI_DEVPIPE_RING && comm->drecv_link.nconns > 0)
-        q->rl = &comm->drecv_link, q->rq = 1;
+    devq_edges(comm, &q->sq, &q->rq);
+    if (q->sq)
+        q->sl = &comm->dsend_link;
+    if (q->rq)
+        q->rl = &comm->drecv_link;
     rcci_op_tag(op, op->seq, &q->qtag);
     q->nconns = rcci_coll_edge_conns(comm, op);
     q->slots = (size_t)comm->slots;
     q->chunk_bytes = q->sched.chunk_elems * q->sched.esize; /* rcci_coll_device_chunk */
-    q->pin_recv = pinned;
-    q->pin_send = pinned + q->slots * q->chunk_bytes;
-    char *flags = pinned + devq_flags_offset(q->slots, q->chunk_bytes);
+    size_t recv_bytes = devq_slots_bytes(q->rq, q->slots, q->chunk_bytes);
+    size_t send_bytes = devq_slots_bytes(q->sq, q->slots, q->chunk_bytes);
+    q->pin_recv = q->rq ? NULL : pinned;
+    q->pin_send = q->sq ? NULL : pinned + recv_bytes;
+    char *flags = pinned + devq_flags_offset(recv_bytes + send_bytes);
     memset(flags, 0, DEVQ_FLAGS_BYTES); /* the area's last user is done with it (stream.c) */
     for (int f = 0; f < F_COUNT; f++)
         q->flag[f] = (volatile uint32_t *)(flags + (size_t)f * DEVQ_FLAG_STRIDE);
