@@ -233,11 +233,13 @@ rcc_result_t rcci_streams_set_next_ticket(struct rcc_comm *comm, uint32_t next)
     if (res == RCC_SUCCESS) {
         pthread_mutex_lock(&comm->lock);
         s->tickets = next - 1;
-        /* As after a long run: every pair's `done` just behind the next
+        /* As after a long run: every pair's `start` and `done` just behind the next
          * ticket. Left at 0, a stream's wait (a cyclic >=) would pass at
          * once for tickets 2^31 or more past it. */
-        for (int k = 0; k < STREAM_MARKS; k++)
+        for (int k = 0; k < STREAM_MARKS; k++) {
+            __atomic_store_n(&s->flags[2 * k], next - 1, __ATOMIC_RELEASE);
             __atomic_store_n(&s->flags[2 * k + 1], next - 1, __ATOMIC_RELEASE);
+        }
         pthread_mutex_unlock(&comm->lock);
     }
     return res;

@@ -382,11 +382,15 @@ static rcc_result_t red_launch(void *dst, void *dst2, const void *a, const void 
         return res;
     if (blocks < (size_t)grid)
         grid = (int)blocks;
-    (void)cudaGetLastError(); /* an earlier call's error is not this launch's */
-    red_kernel<K, OP><<<grid, RCCI_CUDA_BLOCK, 0, stream>>>(g);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess)
+    /* cudaLaunchKernel returns the launch's own error: the calling thread's last error (maybe
+     * the application's, from an earlier call) is left alone unless this launch failed. */
+    void *args[] = {&g};
+    cudaError_t err = cudaLaunchKernel((const void *)red_kernel<K, OP>, dim3((unsigned)grid),
+                                       dim3(RCCI_CUDA_BLOCK), args, 0, stream);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError(); /* reported here, not left for a later launch */
         return red_cuda_error(err, "reduction kernel launch");
+    }
     return RCC_SUCCESS;
 }
 
