@@ -381,10 +381,17 @@ static rcc_result_t cipc_hello(rcci_conn_t *c, int *ready)
     snprintf(c->peer, sizeof c->peer, "rank %d (cudaipc, pid %d, GPU %d)", (int)h->rank,
              (int)h->pid, (int)h->device);
     c->tx_slot_bytes = h->slot_bytes;
-    if ((res = dev->ipc_open(h->page_handle, &p)) == RCC_SUCCESS)
+    /* A mapping belongs to the device current at the open: this side's, on
+     * whatever thread takes the hello (a caller's may have another). */
+    int caller_device = dev->current_device();
+    if (caller_device != c->ctx->device)
+        res = dev->use_device(c->ctx->device);
+    if (res == RCC_SUCCESS && (res = dev->ipc_open(h->page_handle, &p)) == RCC_SUCCESS)
         c->tx_page = p;
     if (res == RCC_SUCCESS && (res = dev->ipc_open(h->slots_handle, &p)) == RCC_SUCCESS)
         c->tx_slots = p;
+    if (caller_device != c->ctx->device)
+        dev->use_device(caller_device);
     if (res != RCC_SUCCESS)
         return res;
     RCC_INFO("cudaipc: connected to %s, device memory of GPU %d to GPU %d", c->peer, c->ctx->device,
