@@ -129,6 +129,7 @@ struct rcci_conn {
     rcci_cipc_hello_t mine, theirs;
     rcci_request_t *hello_sreq, *hello_rreq;
     int hello_done;
+    int hello_given; /* this side's hello (its handles) was handed to the control connection */
     /* Queued (transport.h, version 7): from the first queued call on, the
      * numbering is the queuing thread's (q_tx, q_rx: the next fragment to
      * queue each way; atomic, as queue_abort reads them from any thread),
@@ -269,10 +270,18 @@ static void cipc_free_conn(rcci_conn_t *c)
             __atomic_store_n(&c->tx_page->unmapped, 1, __ATOMIC_RELEASE);
             dev->ipc_close(c->tx_page);
         }
-        /* This side's slots go once the peer has unmapped them, or died. */
+        /* This side's slots go once the peer has unmapped them, or died;
+         * at once where their handles never left this process. */
         int known = !c->hello_rreq && c->theirs.magic == RCCI_CIPC_HELLO_MAGIC;
-        rcci_cipc_retire(dev, c->ctx->device, c->ctx, c->rx_slots, c->rx_page,
-                         known ? c->theirs.pid : 0);
+        if (c->hello_given) {
+            rcci_cipc_retire(dev, c->ctx->device, c->ctx, c->rx_slots, c->rx_page,
+                             known ? c->theirs.pid : 0);
+        } else {
+            if (c->rx_slots)
+                dev->ipc_free(c->rx_slots);
+            if (c->rx_page)
+                dev->ipc_free(c->rx_page);
+        }
         if (c->tx_stream)
             dev->stream_destroy(c->tx_stream);
         if (c->rx_stream)
@@ -323,8 +332,9 @@ static rcc_result_t cipc_setup(cipc_ctx_t *ctx, rcci_conn_t *ctrl, int peer_rank
         (res = dev->ipc_alloc(&p, (size_t)RCCI_CIPC_SLOTS * c->rx_slot_bytes, 0,
                               c->mine.slots_handle)) == RCC_SUCCESS)
         c->rx_slots = p;
-    if (res == RCC_SUCCESS)
-        res = CTRL->isend(ctrl, &c->mine, sizeof c->mine, &tag, NULL, &c->hello_sreq);
+    if (res == RCC_SUCCESS && (res = CTRL->isend(ctrl, &c->mine, sizeof c->mine, &tag, NULL,
+                                                 &c->hello_sreq)) == RCC_SUCCESS)
+        c->hello_given = 1;
     /* The hello leaves now (the kernel's socket buffer takes it: no wait
      * for the peer), ahead of any announcement or notice on the connection. */
     for (int done = 0; res == RCC_SUCCESS && !done;) {
