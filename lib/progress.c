@@ -93,6 +93,8 @@ static void progress_notify_peers(struct rcc_comm *comm, rcc_result_t res, const
 /* A lost peer is often the echo of a failure that a notice on another
  * connection explains (the peer failed, told everyone and left before this
  * rank reached it): that cause, when there is one, is the better answer. */
+#define ROOT_CAUSE_WAIT_NS (300 * 1000 * 1000ll)
+
 static rcc_result_t progress_root_cause(struct rcc_comm *comm, rcc_result_t res)
 {
     if (res != RCC_ERR_PEER_LOST)
@@ -100,11 +102,21 @@ static rcc_result_t progress_root_cause(struct rcc_comm *comm, rcc_result_t res)
     char text[RCCI_ERR_TEXT_BYTES], cause[RCCI_ERR_TEXT_BYTES];
     snprintf(text, sizeof text, "%s", rcci_tls_error());
     snprintf(cause, sizeof cause, "%s", rcci_tls_cause());
-    rcc_result_t found = rcci_ring_probe(comm, 1);
-    if (found == RCC_SUCCESS)
-        found = rcci_p2p_find_notice(comm);
-    if (found != RCC_SUCCESS)
-        return found;
+    /* The notice may still be on its way: a rank that failed first tells
+     * its ring neighbours, which pass it on, while this rank may have seen
+     * only an intermediary's close (a leader of recursive doubling whose
+     * exchange failed). Briefly, since a crash leaves no notice. */
+    int64_t until = rcci_now_ns() + ROOT_CAUSE_WAIT_NS;
+    for (;;) {
+        rcc_result_t found = rcci_ring_probe(comm, 1);
+        if (found == RCC_SUCCESS)
+            found = rcci_p2p_find_notice(comm);
+        if (found != RCC_SUCCESS)
+            return found;
+        if (rcci_now_ns() >= until)
+            break;
+        nanosleep(&(struct timespec){0, 2 * 1000 * 1000}, NULL);
+    }
     rcci_tls_error_restore(text, cause);
     return res;
 }
