@@ -469,6 +469,8 @@ static rcc_result_t comm_new(int rank, int nranks, uint64_t comm_id, const rcc_c
     comm->nranks = nranks;
     comm->comm_id = comm_id;
     comm->epoll_fd = comm->wake_fd = -1;
+    comm->cuda_device = -1; /* set with the peers' table; a lone rank's stream state takes the
+                             * device current at its first stream call */
     pthread_mutex_init(&comm->lock, NULL);
     pthread_mutex_init(&comm->reg_lock, NULL);
     rcci_cond_init_monotonic(&comm->cond);
