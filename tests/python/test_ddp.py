@@ -6,6 +6,7 @@ bitwise identical across ranks and within 1e-5 (relative) of gloo's.
     RCC_LIBRARY=build/lib/libringcc.so PYTHONPATH=python:tests/python \\
         build/tools/ringcc-run -n 4 /usr/bin/python3 tests/python/test_ddp.py
 """
+import tracebacks  # noqa: F401 (a rank stopped at the timeout prints its threads)
 import time
 
 from torchjob import import_torch, torchrun_env
@@ -98,6 +99,11 @@ def main():
               f"{rel_hook:.3g}, ringcc backend {rel_pg:.3g} (bitwise equal across ranks); "
               f"train s: gloo {t1 - t0:.2f}, hook {t2 - t1:.2f}, backend {t3 - t2:.2f}")
     comm.destroy()
+    # The models go before their gloo group. A DDP model that outlives the group frees it when
+    # it goes, and torch 1.13 (Debian's) then joins gloo's worker threads holding the GIL while
+    # a worker may still need the GIL to free the last all_gather's tensors: a deadlock, seen
+    # under load in about one run of forty.
+    del hooked
     dist.destroy_process_group()
 
 

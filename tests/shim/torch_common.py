@@ -53,8 +53,9 @@ def init_rank(rank, nranks, port, backend, require_shim, bind_device=True):
 
 def finish(backend):
     """Leaves the job. The pause lets every rank's watchdog retire its last operation before
-    any rank destroys its communicator: ringcc's idle probe cannot yet tell a peer that
-    destroyed its communicator from a lost one (README, "NCCL shim")."""
+    any rank destroys its communicator. It dates from before a clean destroy sent its peers a
+    goodbye (README, "NCCL shim": their idle probes now stay ncclSuccess); it stays until a GPU
+    run shows the job ends cleanly without it."""
     if backend == "nccl":
         torch.cuda.synchronize()
     dist.barrier()
