@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -58,6 +59,9 @@
 #define RUN_EXIT_USAGE 2
 #define RUN_EXIT_LAUNCH 1 /* the launcher itself failed (not a rank) */
 #define RUN_EXIT_TIMEOUT 124
+#define RUN_STACKS_S 20 /* --stacks: gdb's time, for all ranks together */
+#define RUN_XSTR(x) #x
+#define RUN_STR(x) RUN_XSTR(x)
 
 /* Signals forwarded to the ranks. One already ignored at start (nohup, a background job of a
  * non-interactive shell) stays ignored, as a shell would leave it. */
@@ -83,6 +87,7 @@ static struct {
     int nranks;
     int prefix;
     int verbose;
+    int stacks; /* --stacks */
     double timeout_s;
     char **argv; /* PROGRAM ARGS..., NULL-terminated */
     /* state */
@@ -172,63 +177,81 @@ static void run_usage_error(const char *fmt, ...)
 
 static void run_help(void)
 {
-    printf(
-        "Usage: %s [options] -n N PROGRAM [ARGS...]\n"
-        "Start N ranks of a ringcc job on this host, each running PROGRAM ARGS.\n"
-        "\n"
-        "Options (they end at PROGRAM, or at --):\n"
-        "  -n, --nranks N       number of ranks to start, 1 to %d (required)\n"
-        "      --np N           the same as --nranks\n"
-        "  -q, --no-prefix      pass the ranks' output on without the \"[rank] \" prefix\n"
-        "                       (still line by line, so lines of different ranks never mix)\n"
-        "  -t, --timeout SECS   stop the job after SECS seconds (decimals allowed); exit 124\n"
-        "  -v, --verbose        say what is started and how each rank ended\n"
-        "  -h, --help           show this help and exit\n"
-        "\n"
-        "Environment of each rank (what rcc_comm_init_env() reads):\n"
-        "  RCC_RANK     the rank, 0 to N-1\n"
-        "  RCC_NRANKS   N\n"
-        "  RCC_ROOT     127.0.0.1:PORT, where rank 0 serves the rendezvous; PORT is a port\n"
-        "               that was free when the launcher started, below the ephemeral range\n"
-        "               (ip_local_port_range), so no auto-bound socket can take it meanwhile\n"
-        "  RCC_SECRET   64 random hex characters (getrandom), the job secret\n"
-        "  RCC_RUN_TTY  1 when the launcher's stderr is a terminal (benchmarks then show\n"
-        "               progress on /dev/tty, past the line-by-line relay)\n"
-        "RCC_ROOT and RCC_SECRET are left as they are when already set (and not empty); the\n"
-        "rest of the environment is passed on unchanged.\n"
-        "\n"
-        "Output: each line a rank writes to stdout (stderr) goes to the launcher's stdout\n"
-        "(stderr) as \"[rank] line\", written whole; an unterminated last line is flushed with\n"
-        "a newline when the rank's pipe closes; lines over %d bytes are split. Rank 0 reads\n"
-        "the launcher's stdin when that is not a terminal; the other ranks read /dev/null.\n"
-        "\n"
-        "Failure: when a rank exits with a non-zero status or is killed by a signal, the\n"
-        "launcher says which, sends SIGTERM to the other ranks and their children (the job's\n"
-        "process group), SIGKILL %d s later, and exits with that rank's status (128+signal for\n"
-        "a signal). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the launcher are forwarded to\n"
-        "the ranks the same way; a second one sends SIGKILL at once; the launcher then ends\n"
-        "by the same signal. When every rank has exited, processes the ranks left behind in\n"
-        "the job's process group are killed. If the launcher is killed, the ranks get SIGKILL.\n"
-        "\n"
-        "Exit status: 0 when every rank exited 0; the first failed rank's status; 124 on\n"
-        "--timeout; 127 when PROGRAM is not found, 126 when it cannot be run; 2 for bad\n"
-        "arguments; 1 when the launcher itself fails.\n"
-        "\n"
-        "Example:\n"
-        "  %s -n 4 ringcc-perf -b 8 -e 128M -f 2\n",
-        RUN_NAME, RUN_MAX_RANKS, RUN_LINE_MAX, RUN_GRACE_MS / 1000, RUN_NAME);
+    printf("Usage: %s [options] -n N PROGRAM [ARGS...]\n"
+           "Start N ranks of a ringcc job on this host, each running PROGRAM ARGS.\n"
+           "\n"
+           "Options (they end at PROGRAM, or at --):\n"
+           "  -n, --nranks N       number of ranks to start, 1 to %d (required)\n"
+           "      --np N           the same as --nranks\n"
+           "  -q, --no-prefix      pass the ranks' output on without the \"[rank] \" prefix\n"
+           "                       (still line by line, so lines of different ranks never mix)\n"
+           "  -t, --timeout SECS   stop the job after SECS seconds (decimals allowed); exit 124\n"
+           "      --stacks         at the timeout, before stopping the ranks, print every\n"
+           "                       running rank's thread backtraces (gdb -p; each line\n"
+           "                       prefixed \"[rank] \", on stderr; at most " RUN_STR(
+               RUN_STACKS_S) " s in all)\n"
+                             "  -v, --verbose        say what is started and how each rank ended\n"
+                             "  -h, --help           show this help and exit\n"
+                             "\n"
+                             "Environment of each rank (what rcc_comm_init_env() reads):\n"
+                             "  RCC_RANK     the rank, 0 to N-1\n"
+                             "  RCC_NRANKS   N\n"
+                             "  RCC_ROOT     127.0.0.1:PORT, where rank 0 serves the rendezvous; "
+                             "PORT is a port\n"
+                             "               that was free when the launcher started, below the "
+                             "ephemeral range\n"
+                             "               (ip_local_port_range), so no auto-bound socket can "
+                             "take it meanwhile\n"
+                             "  RCC_SECRET   64 random hex characters (getrandom), the job secret\n"
+                             "  RCC_RUN_TTY  1 when the launcher's stderr is a terminal "
+                             "(benchmarks then show\n"
+                             "               progress on /dev/tty, past the line-by-line relay)\n"
+                             "RCC_ROOT and RCC_SECRET are left as they are when already set (and "
+                             "not empty); the\n"
+                             "rest of the environment is passed on unchanged.\n"
+                             "\n"
+                             "Output: each line a rank writes to stdout (stderr) goes to the "
+                             "launcher's stdout\n"
+                             "(stderr) as \"[rank] line\", written whole; an unterminated last "
+                             "line is flushed with\n"
+                             "a newline when the rank's pipe closes; lines over %d bytes are "
+                             "split. Rank 0 reads\n"
+                             "the launcher's stdin when that is not a terminal; the other ranks "
+                             "read /dev/null.\n"
+                             "\n"
+                             "Failure: when a rank exits with a non-zero status or is killed by a "
+                             "signal, the\n"
+                             "launcher says which, sends SIGTERM to the other ranks and their "
+                             "children (the job's\n"
+                             "process group), SIGKILL %d s later, and exits with that rank's "
+                             "status (128+signal for\n"
+                             "a signal). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the launcher "
+                             "are forwarded to\n"
+                             "the ranks the same way; a second one sends SIGKILL at once; the "
+                             "launcher then ends\n"
+                             "by the same signal. When every rank has exited, processes the ranks "
+                             "left behind in\n"
+                             "the job's process group are killed. If the launcher is killed, the "
+                             "ranks get SIGKILL.\n"
+                             "\n"
+                             "Exit status: 0 when every rank exited 0; the first failed rank's "
+                             "status; 124 on\n"
+                             "--timeout; 127 when PROGRAM is not found, 126 when it cannot be run; "
+                             "2 for bad\n"
+                             "arguments; 1 when the launcher itself fails.\n"
+                             "\n"
+                             "Example:\n"
+                             "  %s -n 4 ringcc-perf -b 8 -e 128M -f 2\n",
+           RUN_NAME, RUN_MAX_RANKS, RUN_LINE_MAX, RUN_GRACE_MS / 1000, RUN_NAME);
 }
 
 static void run_parse_args(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"nranks", required_argument, NULL, 'n'},
-        {"np", required_argument, NULL, 'n'},
-        {"no-prefix", no_argument, NULL, 'q'},
-        {"timeout", required_argument, NULL, 't'},
-        {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"nranks", required_argument, NULL, 'n'}, {"np", required_argument, NULL, 'n'},
+        {"no-prefix", no_argument, NULL, 'q'},    {"timeout", required_argument, NULL, 't'},
+        {"stacks", no_argument, NULL, 'S'},       {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     opterr = 0; /* our own messages, with the exit status we document */
     int c;
@@ -258,6 +281,7 @@ static void run_parse_args(int argc, char **argv)
             break;
         }
         case 'v': run.verbose = 1; break;
+        case 'S': run.stacks = 1; break;
         case 'h': run_help(); exit(0);
         case ':': run_usage_error("option '%s' needs a value", argv[optind - 1]); break;
         default:
@@ -684,6 +708,103 @@ static void run_begin_stop(int sig)
     run.term_at_ms = run_now_ms();
 }
 
+/* The ranks still running, as "1, 3" (shortened past a few dozen). */
+static void run_live_list(char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < run.started && n + 16 < len; i++)
+        if (run.ranks[i].pid > 0)
+            n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? ", " : "", i);
+    if (n + 16 >= len)
+        snprintf(buf + n, len - n, ", ...");
+}
+
+/* One gdb attached to a rank, printing every thread's backtrace into `fd`. */
+static pid_t run_spawn_gdb(pid_t rank_pid, int fd)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+        _exit(RUN_EXIT_LAUNCH);
+    sigaction(SIGPIPE, &run.orig_pipe, NULL);
+    sigprocmask(SIG_SETMASK, &run.orig_mask, NULL);
+    setrlimit(RLIMIT_NOFILE, &run.orig_nofile);
+    char target[16];
+    snprintf(target, sizeof target, "%d", (int)rank_pid);
+    execlp("gdb", "gdb", "-batch", "-nx", "-p", target, "-ex", "thread apply all bt", (char *)NULL);
+    _exit(127);
+}
+
+/* --stacks, at the timeout: what every running rank is doing, before it is stopped. One gdb
+ * per rank, side by side (loading a large program's symbols takes seconds), each writing into
+ * a memfd that is relayed afterwards like the rank's own lines; RUN_STACKS_S in all, then
+ * the gdbs left are killed (their ranks are detached by the kernel). The rank pipes wait
+ * meanwhile: the ranks are about to be stopped anyway. */
+static void run_dump_stacks(void)
+{
+    char why[64];
+    if (run_check_program("gdb", why, sizeof why) != 0) {
+        run_msg("--stacks: cannot print the ranks' stacks: gdb: %s", why);
+        return;
+    }
+    pid_t *gdb = calloc((size_t)run.started, sizeof *gdb);
+    int *fd = calloc((size_t)run.started, sizeof *fd);
+    if (!gdb || !fd)
+        run_oom();
+    int pending = 0;
+    for (int i = 0; i < run.started; i++) {
+        fd[i] = -1;
+        if (run.ranks[i].pid <= 0)
+            continue;
+        fd[i] = memfd_create("ringcc-run-stacks", MFD_CLOEXEC);
+        if (fd[i] < 0 || (gdb[i] = run_spawn_gdb(run.ranks[i].pid, fd[i])) < 0) {
+            run_msg("--stacks: rank %d: %s", i, strerror(errno));
+            if (fd[i] >= 0)
+                close(fd[i]);
+            fd[i] = -1, gdb[i] = 0;
+            continue;
+        }
+        pending++;
+    }
+    int64_t deadline = run_now_ms() + RUN_STACKS_S * 1000;
+    while (pending > 0) {
+        int late = run_now_ms() >= deadline;
+        for (int i = 0; i < run.started; i++) {
+            if (gdb[i] <= 0)
+                continue;
+            if (late)
+                kill(gdb[i], SIGKILL);
+            if (waitpid(gdb[i], NULL, late ? 0 : WNOHANG) == gdb[i]) {
+                gdb[i] = late ? -1 : 0; /* -1: cut short */
+                pending--;
+            }
+        }
+        if (pending > 0)
+            poll(NULL, 0, 20);
+    }
+    for (int i = 0; i < run.started; i++) {
+        if (fd[i] < 0)
+            continue;
+        run_msg("rank %d (pid %d): its threads' stacks (gdb%s):", i, (int)run.ranks[i].pid,
+                gdb[i] < 0 ? ", stopped after " RUN_STR(RUN_STACKS_S) " s" : "");
+        off_t size = lseek(fd[i], 0, SEEK_END);
+        char *text = size > 0 ? malloc((size_t)size + 1) : NULL;
+        if (text && pread(fd[i], text, (size_t)size, 0) == (ssize_t)size) {
+            size_t n = (size_t)size;
+            if (text[n - 1] != '\n')
+                text[n++] = '\n';
+            run_emit_lines(i, 2, text, n);
+        }
+        free(text);
+        close(fd[i]);
+    }
+    free(gdb);
+    free(fd);
+}
+
 static int run_status_code(int status)
 {
     if (WIFEXITED(status))
@@ -815,9 +936,14 @@ static void run_loop(int64_t start_ms)
                 break;
         }
         if (deadline >= 0 && now >= deadline && run.stopping == RUN_RUNNING && run.live > 0) {
-            run_msg("timed out after %g s; stopping the ranks", run.timeout_s);
+            char live[128];
+            run_live_list(live, sizeof live);
+            run_msg("timed out after %g s; stopping the ranks (still running: %s)", run.timeout_s,
+                    live);
             if (run.exit_code < 0)
                 run.exit_code = RUN_EXIT_TIMEOUT;
+            if (run.stacks)
+                run_dump_stacks();
             run_begin_stop(SIGTERM);
         }
         if (run.stopping == RUN_TERM_SENT && run.live > 0 && now >= run.term_at_ms + RUN_GRACE_MS) {

@@ -5,6 +5,7 @@ nonblocking, in place and out of place. Run by a launcher on 1-5 ranks:
     RCC_LIBRARY=build/lib/libringcc.so PYTHONPATH=python:tests/python \\
         build/tools/ringcc-run -n 3 /usr/bin/python3 tests/python/test_collectives.py
 """
+import tracebacks  # noqa: F401 (a rank stopped at the timeout prints its threads)
 import sys
 
 try:

@@ -6,6 +6,7 @@ References: reference.py's naive reductions.
     RCC_LIBRARY=build/lib/libringcc.so PYTHONPATH=python:tests/python \\
         build/tools/ringcc-run -n 2 /usr/bin/python3 tests/python/test_torch.py
 """
+import tracebacks  # noqa: F401 (a rank stopped at the timeout prints its threads)
 from torchjob import import_torch, torchrun_env
 
 torch = import_torch()

@@ -242,6 +242,25 @@ if expect_rc 124 "(b) --timeout" && expect_in err "timed out" "(b) --timeout" &&
     pass "(b) --timeout 1 stops the job with 124 in ${elapsed_ms} ms"
 fi
 
+# --stacks: each rank still running at the timeout shows its backtraces (gdb), prefixed; with
+# no gdb on PATH, the launcher says so and stops the job all the same.
+run 40 "$RUN" --stacks --timeout 1 -n 2 sleep "$MARK"
+if expect_rc 124 "(b) --stacks" && expect_in err "still running: 0, 1" "(b) --stacks" &&
+    expect_no_orphans "(b) --stacks"; then
+    if ! command -v gdb >/dev/null; then
+        if expect_in err "gdb: command not found" "(b) --stacks without gdb"; then
+            pass "(b) --stacks without gdb says so (gdb is not installed here)"
+        fi
+    elif [[ $(id -u) -ne 0 && $(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null) != 0 ]]; then
+        if expect_in err "rank 1 (pid" "(b) --stacks"; then
+            pass "(b) --stacks ran gdb (not root and ptrace_scope is not 0: it may not attach)"
+        fi
+    elif expect_in err "rank 1 (pid" "(b) --stacks" && expect_in err "[1] #0 " "(b) --stacks" &&
+        expect_in err "nanosleep" "(b) --stacks"; then
+        pass "(b) --stacks shows each rank's backtrace in ${elapsed_ms} ms"
+    fi
+fi
+
 # SIGTERM to the launcher reaches the ranks; the launcher then dies of SIGTERM (143).
 echo "+ $RUN -n 3 sleep $MARK &; kill -TERM"
 rc=0
