@@ -469,7 +469,11 @@ RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
  * until the stream has passed the operation.
  *
  * Errors found by the call (bad arguments, a broken communicator) are
- * returned at once and nothing is queued. A failure while the operation
+ * returned at once and nothing is queued. Where CUDA refuses part of the
+ * work the call queues (a launch error, as on a broken context), the call
+ * returns the error once the part already queued has run through (it reads
+ * the buffers; at most 5 s), and `stream` goes on after that part; the
+ * communicator has then failed. A failure while the operation
  * runs (a peer lost, a timeout, a mismatch) is reported as NCCL reports it:
  * by rcc_comm_get_async_error and by every later call on the communicator;
  * the stream is released all the same (never left waiting), and recvbuf then

@@ -599,17 +599,25 @@ static void stream_devq_settle(rcci_op_t *op)
     struct rcci_streams *s = op->mark.streams;
     int64_t deadline = rcci_now_ns() + STREAM_SETTLE_NS;
     int done = 0;
+    char error[RCCI_ERR_TEXT_BYTES]; /* the failure being reported stays the story */
+    snprintf(error, sizeof error, "%s", rcci_tls_error());
     /* Work still queued means the operation failed: let it run through.
      * Again and again: a live peer's stores on the device ring's counters
      * may undo it (transport.h, queue_abort). After success there is none,
      * and the counters must not be touched. */
-    while (rcci_devq_gpu_done(q, &done) == RCC_SUCCESS && !done && rcci_now_ns() < deadline) {
+    rcc_result_t res;
+    while ((res = rcci_devq_gpu_done(q, &done)) == RCC_SUCCESS && !done &&
+           rcci_now_ns() < deadline) {
         rcci_devq_release(q);
         nanosleep(&(struct timespec){0, 200 * 1000}, NULL);
     }
-    if (!done)
+    if (!done && res == RCC_SUCCESS)
         RCC_WARN("op #%u: its GPU work did not end within %.0f s of its end; its stream goes on",
                  op->seq, STREAM_SETTLE_NS / 1e9);
+    else if (!done)
+        RCC_WARN("op #%u: when its GPU work ends cannot be known (%s); its stream goes on", op->seq,
+                 rcci_tls_error());
+    rcci_tls_error_set(error);
     rcci_devq_free(s->comm, q);
     op->mark.devq = NULL;
     if (op->mark.pin)
@@ -763,6 +771,16 @@ static rcc_result_t stream_submit(struct rcc_comm *comm, struct rcci_streams *s,
 {
     rcc_result_t res;
     pthread_mutex_lock(&comm->lock);
+    if (comm->broken != RCC_SUCCESS) {
+        /* Nothing queued on a failed communicator: its device ring's
+         * numbering may have moved on under a half-queued call. */
+        rcc_result_t broken = comm->broken;
+        char text[RCCI_ERR_TEXT_BYTES];
+        snprintf(text, sizeof text, "%s", comm->broken_text);
+        pthread_mutex_unlock(&comm->lock);
+        rcci_op_release(op);
+        return rcci_error(broken, "the communicator failed earlier: %s", text);
+    }
     /* Pairs in turn by a count that does not wrap, each remembering its
      * last ticket: right also after the tickets wrap (2^32 operations). */
     size_t k = (size_t)(s->issued % STREAM_MARKS);
@@ -807,8 +825,11 @@ static rcc_result_t stream_submit(struct rcc_comm *comm, struct rcci_streams *s,
         if (res != RCC_SUCCESS)
             op->mark.pin = NULL;
     }
-    if (res == RCC_SUCCESS)
+    int started = 0;
+    if (res == RCC_SUCCESS) {
         res = s->dev->write_flag(stream, start, ticket);
+        started = res == RCC_SUCCESS;
+    }
     if (res == RCC_SUCCESS && queued)
         res = stream_queue_device(comm, s, op);
     if (res == RCC_SUCCESS && rcci_group_active()) {
@@ -831,8 +852,15 @@ static rcc_result_t stream_submit(struct rcc_comm *comm, struct rcci_streams *s,
         }
     }
     stage_end(stage, 0, stream); /* not launched: the outputs stay as they are */
-    if (res != RCC_SUCCESS) /* the stream may already wait for it */
+    if (res != RCC_SUCCESS) {
+        /* Part of the work may be queued on the library's stream, reading
+         * the caller's buffers once it runs through: the caller's stream
+         * waits for `done`, which the release stores once that part has run
+         * (stream_devq_settle). The stream may already wait for it. */
+        if (started)
+            (void)s->dev->wait_flag(stream, done, ticket);
         rcci_stream_release(op);
+    }
     rcci_op_release(op); /* the queue or the group holds it now */
     return res;
 }

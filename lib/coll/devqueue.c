@@ -434,10 +434,11 @@ rcc_result_t rcci_devq_queue(struct rcc_comm *comm, rcci_op_t *op, const rcci_de
         res = q_write(q, stream, F_WROTE, 1);
     if (res == RCC_SUCCESS && q->win.offered)
         res = q_wait(q, stream, F_UNMAPPED, 1);
-    if (res == RCC_SUCCESS)
-        res = dev->event_record(q->end_event, stream);
-    q->end_recorded = res == RCC_SUCCESS;
-    return res;
+    /* After a failure too: the part queued still reads the caller's buffers
+     * and the pinned slots once released, and the event says when it has run. */
+    rcc_result_t ended = dev->event_record(q->end_event, stream);
+    q->end_recorded = ended == RCC_SUCCESS;
+    return res == RCC_SUCCESS ? ended : res;
 }
 
 int rcci_devq_on_device_ring(const rcci_devq_t *q) { return q && (q->sq || q->rq); }

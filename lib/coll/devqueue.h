@@ -57,8 +57,9 @@ size_t rcci_devq_scratch_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
  * stay until that work is done (rcci_devq_gpu_done), `pinned` also
  * until rcci_devq_free (its flags are written until then). Calling thread;
  * never blocks on the GPU. On failure part of the work may be queued:
- * rcci_devq_release lets it run through. *out is set whenever something
- * was allocated (free it with rcci_devq_free). */
+ * rcci_devq_release lets it run through, and rcci_devq_gpu_done tells when
+ * it has (where the end event could still be recorded). *out is set
+ * whenever something was allocated (free it with rcci_devq_free). */
 rcc_result_t rcci_devq_queue(struct rcc_comm *comm, rcci_op_t *op, const rcci_devapi_t *dev,
                              void *stream, volatile uint32_t *start, uint32_t ticket,
                              char *pinned, char *dscratch, rcci_devq_t **out);

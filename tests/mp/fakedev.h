@@ -10,7 +10,9 @@
  * FAKEDEV_QUEUES=N: the streams share N hardware queues in turn, each
  * running its work in the order it was queued whatever the stream, as a GPU
  * does under CUDA_DEVICE_MAX_CONNECTIONS=N (a blocked wait blocks all work
- * queued after it on that queue).
+ * queued after it on that queue). FAKEDEV_WAIT_LATE_US=N: what follows
+ * each satisfied wait runs N microseconds late (below a second), as on a
+ * GPU busy with other work.
  */
 #ifndef RINGCC_TEST_FAKEDEV_H
 #define RINGCC_TEST_FAKEDEV_H

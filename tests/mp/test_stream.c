@@ -526,14 +526,17 @@ static rcc_result_t await_async_error(rcc_comm_t comm, double t0, double limit_s
 /* Rank 0's device allreduce over the device ring fails half queued (a copy
  * refused, as on a broken context): its call returns the error; its
  * device-ring connections' numbering has moved on, so its communicator
- * must fail (later calls too) and tell the peers, whose streams are
- * released and whose communicators report it well within their timeout,
- * not after it. */
+ * must fail (later calls are refused at the call) and tell the peers, whose
+ * streams are released and whose communicators report it well within their
+ * timeout, not after it. The part it queued runs late (a slow GPU) and must
+ * still end before the caller's stream goes on: it reads `d`. */
 static int rank_queue_fails(int rank, int n, void *arg)
 {
     (void)arg;
-    if (rank == 0)
+    if (rank == 0) {
         setenv("FAKEDEV_COPY_FAILS_AFTER", "1", 1);
+        setenv("FAKEDEV_WAIT_LATE_US", "300000", 1);
+    }
     fakedev_install();
     rcc_comm_t comm = mp_comm(60000);
     if (!device_ring_made(comm))
@@ -553,8 +556,12 @@ static int rank_queue_fails(int rank, int n, void *arg)
            rcc_last_error(comm));
     if (async == RCC_SUCCESS)
         MP_FAIL("rank %d: no failure reported within 20 s", rank);
+    /* Refused at the call: nothing is queued on a failed communicator. */
     res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
-    if (res == RCC_SUCCESS && fakedev_stream_sync(stream, 20))
+    if (res != async || !strstr(rcc_last_error(comm), "failed earlier"))
+        MP_FAIL("rank %d: a call on the failed communicator gave %s: %s", rank,
+                rcc_result_name(res), rcc_last_error(comm));
+    if (fakedev_stream_sync(stream, 20))
         MP_FAIL("rank %d: a call on the failed communicator left its stream waiting", rank);
     fakedev_free(d);
     fakedev_stream_destroy(stream);
