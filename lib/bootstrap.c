@@ -32,6 +32,7 @@
 #define BS_MSG_FAILED 0x4c494652u /* "RFIL" */
 #define BS_NOTICE_TEXT 400
 #define BS_NOTICE_NS (1000ll * 1000000) /* for the rest of a notice already sent */
+#define BS_LATE_NOTICE_NS (500ll * 1000000) /* for a silent neighbour's late notice */
 #define BS_TAKE_PREV_NS (200ll * 1000000) /* a failing rank takes its previous rank's edge */
 
 struct rcci_bootstrap {
@@ -582,6 +583,15 @@ rcc_result_t rcci_bootstrap_allgather(rcci_bootstrap_t *bs, void *data, size_t b
             }
             char why[256];
             snprintf(why, sizeof why, "%s", rcci_tls_error());
+            /* A silent previous rank may be waiting out a deadline of its own
+             * (for a killed root), a moment later than ours: its notice, where
+             * it comes, says where the failure began. */
+            if (receiving && got == 0 && res == RCC_ERR_TIMEOUT &&
+                (told = rcci_bootstrap_await_notice(bs, BS_LATE_NOTICE_NS)) != RCC_SUCCESS) {
+                res = told;
+                rcci_error_prefix("bootstrap allgather step %d: ", step);
+                break;
+            }
             bs->out_cut = sent < msg;
             res = rcci_error(res, "%s rank %d: %s", receiving ? "receiving from" : "sending to",
                              receiving ? (r + n - 1) % n : (r + 1) % n, why);
