@@ -60,8 +60,6 @@
 #define RUN_EXIT_LAUNCH 1 /* the launcher itself failed (not a rank) */
 #define RUN_EXIT_TIMEOUT 124
 #define RUN_STACKS_S 20 /* --stacks: gdb's time, for all ranks together */
-#define RUN_XSTR(x) #x
-#define RUN_STR(x) RUN_XSTR(x)
 
 /* Signals forwarded to the ranks. One already ignored at start (nohup, a background job of a
  * non-interactive shell) stays ignored, as a shell would leave it. */
@@ -177,82 +175,72 @@ static void run_usage_error(const char *fmt, ...)
 
 static void run_help(void)
 {
-    printf("Usage: %s [options] -n N PROGRAM [ARGS...]\n"
-           "Start N ranks of a ringcc job on this host, each running PROGRAM ARGS.\n"
-           "\n"
-           "Options (they end at PROGRAM, or at --):\n"
-           "  -n, --nranks N       number of ranks to start, 1 to %d (required)\n"
-           "      --np N           the same as --nranks\n"
-           "  -q, --no-prefix      pass the ranks' output on without the \"[rank] \" prefix\n"
-           "                       (still line by line, so lines of different ranks never mix)\n"
-           "  -t, --timeout SECS   stop the job after SECS seconds (decimals allowed); exit 124\n"
-           "      --stacks         at the timeout, before stopping the ranks, print every\n"
-           "                       running rank's thread backtraces (gdb -p; each line\n"
-           "                       prefixed \"[rank] \", on stderr; at most " RUN_STR(
-               RUN_STACKS_S) " s in all)\n"
-                             "  -v, --verbose        say what is started and how each rank ended\n"
-                             "  -h, --help           show this help and exit\n"
-                             "\n"
-                             "Environment of each rank (what rcc_comm_init_env() reads):\n"
-                             "  RCC_RANK     the rank, 0 to N-1\n"
-                             "  RCC_NRANKS   N\n"
-                             "  RCC_ROOT     127.0.0.1:PORT, where rank 0 serves the rendezvous; "
-                             "PORT is a port\n"
-                             "               that was free when the launcher started, below the "
-                             "ephemeral range\n"
-                             "               (ip_local_port_range), so no auto-bound socket can "
-                             "take it meanwhile\n"
-                             "  RCC_SECRET   64 random hex characters (getrandom), the job secret\n"
-                             "  RCC_RUN_TTY  1 when the launcher's stderr is a terminal "
-                             "(benchmarks then show\n"
-                             "               progress on /dev/tty, past the line-by-line relay)\n"
-                             "RCC_ROOT and RCC_SECRET are left as they are when already set (and "
-                             "not empty); the\n"
-                             "rest of the environment is passed on unchanged.\n"
-                             "\n"
-                             "Output: each line a rank writes to stdout (stderr) goes to the "
-                             "launcher's stdout\n"
-                             "(stderr) as \"[rank] line\", written whole; an unterminated last "
-                             "line is flushed with\n"
-                             "a newline when the rank's pipe closes; lines over %d bytes are "
-                             "split. Rank 0 reads\n"
-                             "the launcher's stdin when that is not a terminal; the other ranks "
-                             "read /dev/null.\n"
-                             "\n"
-                             "Failure: when a rank exits with a non-zero status or is killed by a "
-                             "signal, the\n"
-                             "launcher says which, sends SIGTERM to the other ranks and their "
-                             "children (the job's\n"
-                             "process group), SIGKILL %d s later, and exits with that rank's "
-                             "status (128+signal for\n"
-                             "a signal). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the launcher "
-                             "are forwarded to\n"
-                             "the ranks the same way; a second one sends SIGKILL at once; the "
-                             "launcher then ends\n"
-                             "by the same signal. When every rank has exited, processes the ranks "
-                             "left behind in\n"
-                             "the job's process group are killed. If the launcher is killed, the "
-                             "ranks get SIGKILL.\n"
-                             "\n"
-                             "Exit status: 0 when every rank exited 0; the first failed rank's "
-                             "status; 124 on\n"
-                             "--timeout; 127 when PROGRAM is not found, 126 when it cannot be run; "
-                             "2 for bad\n"
-                             "arguments; 1 when the launcher itself fails.\n"
-                             "\n"
-                             "Example:\n"
-                             "  %s -n 4 ringcc-perf -b 8 -e 128M -f 2\n",
-           RUN_NAME, RUN_MAX_RANKS, RUN_LINE_MAX, RUN_GRACE_MS / 1000, RUN_NAME);
+    /* clang-format off */
+    printf(
+        "Usage: %s [options] -n N PROGRAM [ARGS...]\n"
+        "Start N ranks of a ringcc job on this host, each running PROGRAM ARGS.\n"
+        "\n"
+        "Options (they end at PROGRAM, or at --):\n"
+        "  -n, --nranks N       number of ranks to start, 1 to %d (required)\n"
+        "      --np N           the same as --nranks\n"
+        "  -q, --no-prefix      pass the ranks' output on without the \"[rank] \" prefix\n"
+        "                       (still line by line, so lines of different ranks never mix)\n"
+        "  -t, --timeout SECS   stop the job after SECS seconds (decimals allowed); exit 124\n"
+        "      --stacks         at the timeout, before stopping the ranks, print every\n"
+        "                       running rank's thread backtraces (gdb -p; each line\n"
+        "                       prefixed \"[rank] \", on stderr; at most %d s in all)\n"
+        "  -v, --verbose        say what is started and how each rank ended\n"
+        "  -h, --help           show this help and exit\n"
+        "\n"
+        "Environment of each rank (what rcc_comm_init_env() reads):\n"
+        "  RCC_RANK     the rank, 0 to N-1\n"
+        "  RCC_NRANKS   N\n"
+        "  RCC_ROOT     127.0.0.1:PORT, where rank 0 serves the rendezvous; PORT is a port\n"
+        "               that was free when the launcher started, below the ephemeral range\n"
+        "               (ip_local_port_range), so no auto-bound socket can take it meanwhile\n"
+        "  RCC_SECRET   64 random hex characters (getrandom), the job secret\n"
+        "  RCC_RUN_TTY  1 when the launcher's stderr is a terminal (benchmarks then show\n"
+        "               progress on /dev/tty, past the line-by-line relay)\n"
+        "RCC_ROOT and RCC_SECRET are left as they are when already set (and not empty); the\n"
+        "rest of the environment is passed on unchanged.\n"
+        "\n"
+        "Output: each line a rank writes to stdout (stderr) goes to the launcher's stdout\n"
+        "(stderr) as \"[rank] line\", written whole; an unterminated last line is flushed with\n"
+        "a newline when the rank's pipe closes; lines over %d bytes are split. Rank 0 reads\n"
+        "the launcher's stdin when that is not a terminal; the other ranks read /dev/null.\n"
+        "\n"
+        "Failure: when a rank exits with a non-zero status or is killed by a signal, the\n"
+        "launcher says which, sends SIGTERM to the other ranks and their children (the job's\n"
+        "process group), SIGKILL %d s later, and exits with that rank's status (128+signal for\n"
+        "a signal). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the launcher are forwarded to\n"
+        "the ranks the same way; a second one sends SIGKILL at once; the launcher then ends\n"
+        "by the same signal. When every rank has exited, processes the ranks left behind in\n"
+        "the job's process group are killed. If the launcher is killed, the ranks get SIGKILL.\n"
+        "\n"
+        "Exit status: 0 when every rank exited 0; the first failed rank's status; 124 on\n"
+        "--timeout; 127 when PROGRAM is not found, 126 when it cannot be run; 2 for bad\n"
+        "arguments; 1 when the launcher itself fails.\n"
+        "\n"
+        "Example:\n"
+        "  %s -n 4 ringcc-perf -b 8 -e 128M -f 2\n",
+        RUN_NAME, RUN_MAX_RANKS, RUN_STACKS_S, RUN_LINE_MAX, RUN_GRACE_MS / 1000, RUN_NAME);
+    /* clang-format on */
 }
 
 static void run_parse_args(int argc, char **argv)
 {
+    /* clang-format off */
     static const struct option longopts[] = {
-        {"nranks", required_argument, NULL, 'n'}, {"np", required_argument, NULL, 'n'},
-        {"no-prefix", no_argument, NULL, 'q'},    {"timeout", required_argument, NULL, 't'},
-        {"stacks", no_argument, NULL, 'S'},       {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"nranks", required_argument, NULL, 'n'},
+        {"np", required_argument, NULL, 'n'},
+        {"no-prefix", no_argument, NULL, 'q'},
+        {"timeout", required_argument, NULL, 't'},
+        {"stacks", no_argument, NULL, 'S'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
+    /* clang-format on */
     opterr = 0; /* our own messages, with the exit status we document */
     int c;
     /* "+": stop at PROGRAM, so its own options are left alone; ":": report a missing value. */
@@ -788,8 +776,10 @@ static void run_dump_stacks(void)
     for (int i = 0; i < run.started; i++) {
         if (fd[i] < 0)
             continue;
-        run_msg("rank %d (pid %d): its threads' stacks (gdb%s):", i, (int)run.ranks[i].pid,
-                gdb[i] < 0 ? ", stopped after " RUN_STR(RUN_STACKS_S) " s" : "");
+        char cut[32] = "";
+        if (gdb[i] < 0)
+            snprintf(cut, sizeof cut, ", stopped after %d s", RUN_STACKS_S);
+        run_msg("rank %d (pid %d): its threads' stacks (gdb%s):", i, (int)run.ranks[i].pid, cut);
         off_t size = lseek(fd[i], 0, SEEK_END);
         char *text = size > 0 ? malloc((size_t)size + 1) : NULL;
         if (text && pread(fd[i], text, (size_t)size, 0) == (ssize_t)size) {

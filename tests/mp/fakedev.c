@@ -234,12 +234,14 @@ static void item_run(fake_stream_t *s, item_t *it)
             memcpy(it->dst2, it->dst, it->n * rcc_datatype_size(it->dtype));
         break;
     case ITEM_WRITE: __atomic_store_n(it->flag, it->value, __ATOMIC_RELEASE); break;
-    case ITEM_WAIT:
+    case ITEM_WAIT: {
         while ((int32_t)(__atomic_load_n(it->flag, __ATOMIC_ACQUIRE) - it->value) < 0)
             sleep_us(20);
-        if (getenv("FAKEDEV_WAIT_LATE_US")) /* a slow GPU: what follows a wait runs late */
-            sleep_us(atol(getenv("FAKEDEV_WAIT_LATE_US")));
+        const char *late = getenv("FAKEDEV_WAIT_LATE_US"); /* a slow GPU: what follows runs late */
+        if (late)
+            sleep_us(atol(late));
         break;
+    }
     case ITEM_EVENT: atomic_store(it->event_done, it->event_seq); break;
     case ITEM_FN: it->fn(it->arg); break;
     }
