@@ -16,8 +16,9 @@
  * Inputs and the expected results come from tests/mp/testdata.c, as in the multi-process tests:
  * each rank computes its inputs from (operation, rank, element) and checks its results, bit for
  * bit, against a naive reference reduction it computes itself (exact in every dtype, fp16 and
- * bf16 included), plus: send buffers unchanged out of place, a reduce's recvbuf untouched on
- * non-roots, nothing written past either end of any buffer.
+ * bf16 included: from 9 ranks up the float inputs are drawn from a narrower range, so that no
+ * sum leaves the integers bfloat16 holds), plus: send buffers unchanged out of place, a
+ * reduce's recvbuf untouched on non-roots, nothing written past either end of any buffer.
  *
  * Point-to-point patterns: every rank to rank+k (a shift), pairs of a random matching
  * exchanging messages, or one message. Blocking pairs send from the lower rank first; a shift
@@ -717,6 +718,7 @@ int main(int argc, char **argv)
     rcc_comm_size(soak_comm, &soak_nranks);
     if (soak_nranks > 256)
         soak_usage_error("at most 256 ranks, not %d", soak_nranks);
+    td_set_nranks(soak_nranks); /* inputs whose sums stay exact in bfloat16 */
     if (soak_rank == 0) {
         printf("# %s: %d ranks, %ld operations, seed %llu, buffers up to %zu bytes, "
                "timeout %d s\n",

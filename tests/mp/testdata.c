@@ -16,6 +16,20 @@ static int is_float_type(rcc_datatype_t dt)
     return dt == RCC_FLOAT16 || dt == RCC_FLOAT32 || dt == RCC_FLOAT64 || dt == RCC_BFLOAT16;
 }
 
+static int td_nranks = 8;
+
+void td_set_nranks(int n) { td_nranks = n > 8 ? n : 8; }
+
+/* The largest magnitude of a float input: every partial sum of td_nranks
+ * inputs stays an integer the type holds exactly (bfloat16: 256, half:
+ * 2048), whatever order the library adds them in. 30 up to 8 ranks. */
+static int64_t td_float_bound(rcc_datatype_t dt)
+{
+    int64_t exact = dt == RCC_BFLOAT16 ? 256 : dt == RCC_FLOAT16 ? 2048 : (int64_t)1 << 24;
+    int64_t b = exact / td_nranks;
+    return b > 30 ? 30 : b > 1 ? b : 1;
+}
+
 int64_t td_gen(unsigned seed, int r, size_t i, rcc_datatype_t dt, rcc_redop_t op)
 {
     size_t h = (i + (size_t)seed * 1000003u) * 2654435761u + (size_t)r * 40503u + (size_t)dt * 7u;
@@ -24,8 +38,10 @@ int64_t td_gen(unsigned seed, int r, size_t i, rcc_datatype_t dt, rcc_redop_t op
                                     : (h % 11 == 0) ? -1
                                                     : 1)
                                  : (int64_t)(h % 251) - 125;
-    if (is_float_type(dt))
-        return (int64_t)(h % 61) - 30;
+    if (is_float_type(dt)) {
+        int64_t b = td_float_bound(dt);
+        return (int64_t)(h % (size_t)(2 * b + 1)) - b;
+    }
     return (int64_t)(h % 100003) - 50001; /* wraps int8/uint8/int32 sums */
 }
 

@@ -22,6 +22,12 @@
  * wraps the same way). */
 int64_t td_gen(unsigned seed, int r, size_t i, rcc_datatype_t dt, rcc_redop_t op);
 
+/* The ranks whose inputs are summed (default and minimum 8): from 9 ranks
+ * up, float inputs are drawn from a narrower range, so that sums stay exact
+ * in bfloat16 up to 256 ranks and in half up to 2048. Call before making
+ * any data, with the same n on every rank. */
+void td_set_nranks(int n);
+
 /* buf[i] = v converted to dt (half and bfloat16 rounded as the library
  * does). */
 void td_store(void *buf, size_t i, rcc_datatype_t dt, int64_t v);
