@@ -117,8 +117,8 @@ void td_fill(void *buf, size_t start, size_t count, unsigned seed, int r, rcc_da
                 acc = (T)acc < v ? acc : (UT)v;                                                    \
         }                                                                                          \
         T res = (T)acc;                                                                            \
-        if (op == RCC_AVG)                                                                         \
-            res = (T)(res / (T)n);                                                                 \
+        if (op == RCC_AVG) /* by n itself: n in T would wrap in the 8-bit types */                 \
+            res = (T)(res / n);                                                                    \
         ((T *)out)[j] = res;                                                                       \
     }                                                                                              \
     break;
