@@ -158,8 +158,11 @@ RCC_API rcc_result_t rcc_get_unique_id(rcc_unique_id_t *id);
  * Thread-safe with respect to other communicators. On success *comm is owned
  * by the caller until rcc_comm_destroy/rcc_comm_abort.
  * Errors: RCC_ERR_INVALID_ARGUMENT (rank outside [0, nranks), nranks < 1,
- * malformed id or config), RCC_ERR_TIMEOUT, RCC_ERR_SYSTEM, RCC_ERR_REMOTE
- * (another rank disagreed on nranks or reused a rank). */
+ * malformed id or config, a malformed RCC_* variable), RCC_ERR_TIMEOUT,
+ * RCC_ERR_SYSTEM, RCC_ERR_REMOTE (another rank disagreed on nranks or reused
+ * a rank), RCC_ERR_INVALID_USAGE (a setting every rank must share, such as
+ * the chunk size or RCC_ALGO, differs from another rank's; the message names
+ * it, that rank and both values). */
 RCC_API rcc_result_t rcc_comm_init_rank(rcc_comm_t *comm, int nranks, rcc_unique_id_t id, int rank,
                                         const rcc_config_t *config);
 

@@ -110,6 +110,14 @@ typedef struct {
     int64_t window_bytes;     /* RCC_CUDAIPC_WINDOW_BYTES: a window message each way, or none */
     int32_t cpus;             /* online CPUs of this rank's host (rcci_rd_leaders) */
     int32_t rd_leaders;       /* RCC_RD_LEADERS: 0 for auto */
+    /* What every rank must cut and choose alike: checked here, by name, rather
+     * than found later as a message of the wrong size or algorithm. */
+    int64_t chunk_bytes;     /* RCC_CHUNK_BYTES or config.chunk_bytes, resolved */
+    int32_t algo;            /* RCC_ALGO: -1 for auto, else the algorithm */
+    int32_t checksum;        /* RCC_CHECKSUM */
+    int64_t small_max_bytes; /* RCC_SMALL_MAX_BYTES */
+    int64_t mid_max_bytes;   /* RCC_MID_MAX_BYTES */
+    int64_t fusion_bytes;    /* RCC_FUSION_BYTES */
 } comm_peer_t;
 
 /* A setting every rank must share (both ends of an edge act on it). */
@@ -120,6 +128,45 @@ static rcc_result_t comm_alike(const char *name, int64_t theirs, int64_t mine, i
     return rcci_error(RCC_ERR_INVALID_USAGE,
                       "%s is %lld on rank %d but %lld here (rank %d): set it alike everywhere",
                       name, (long long)theirs, rank, (long long)mine, me);
+}
+
+static const char *comm_algo_text(int32_t algo)
+{
+    return algo < 0 ? "auto" : rcci_allreduce_algo_name(algo);
+}
+
+/* The settings of rank r that must equal this rank's (comm_peer_t). */
+static rcc_result_t comm_alike_all(const comm_peer_t *theirs, const comm_peer_t *me, int r,
+                                   int rank)
+{
+    if (theirs->algo != me->algo)
+        return rcci_error(
+            RCC_ERR_INVALID_USAGE,
+            "RCC_ALGO is %s on rank %d but %s here (rank %d): set it alike everywhere",
+            comm_algo_text(theirs->algo), r, comm_algo_text(me->algo), rank);
+    const struct {
+        const char *name;
+        int64_t theirs, mine;
+    } alike[] = {
+        {"RCC_NSOCKS", theirs->nsocks, me->nsocks},
+        {"RCC_NSOCKS_MIN_BYTES", theirs->nsocks_min_bytes, me->nsocks_min_bytes},
+        {"RCC_DEVICE_CHUNK_BYTES", theirs->dev_chunk_bytes, me->dev_chunk_bytes},
+        {"RCC_CUDAIPC_WINDOW_BYTES", theirs->window_bytes, me->window_bytes},
+        {"RCC_DEVICE_PIPELINE (resolved)", theirs->dev_pipeline, me->dev_pipeline},
+        {"RCC_RD_LEADERS", theirs->rd_leaders, me->rd_leaders},
+        {"the chunk size (RCC_CHUNK_BYTES or config.chunk_bytes, a multiple of 64)",
+         theirs->chunk_bytes, me->chunk_bytes},
+        {"RCC_CHECKSUM", theirs->checksum, me->checksum},
+        {"RCC_SMALL_MAX_BYTES", theirs->small_max_bytes, me->small_max_bytes},
+        {"RCC_MID_MAX_BYTES", theirs->mid_max_bytes, me->mid_max_bytes},
+        {"RCC_FUSION_BYTES", theirs->fusion_bytes, me->fusion_bytes},
+    };
+    for (size_t i = 0; i < sizeof alike / sizeof alike[0]; i++) {
+        rcc_result_t res = comm_alike(alike[i].name, alike[i].theirs, alike[i].mine, r, rank);
+        if (res != RCC_SUCCESS)
+            return res;
+    }
+    return RCC_SUCCESS;
 }
 
 /* Connection tags of a ring edge's connections: the first is tag 0, the
@@ -284,6 +331,12 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     me->cpus = cpus > 0 && cpus < INT32_MAX ? (int32_t)cpus : 1;
     me->rd_leaders = (int32_t)rcci_param_int(RCCI_PARAM_RD_LEADERS);
+    me->chunk_bytes = (int64_t)comm->chunk_bytes;
+    me->algo = comm->algo_forced ? (int32_t)comm->algo : -1;
+    me->checksum = (int32_t)rcci_param_int(RCCI_PARAM_CHECKSUM);
+    me->small_max_bytes = rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES);
+    me->mid_max_bytes = rcci_param_int(RCCI_PARAM_MID_MAX_BYTES);
+    me->fusion_bytes = rcci_param_int(RCCI_PARAM_FUSION_BYTES);
     /* A GPU here: device buffers may then move GPU to GPU (devring.c). */
     me->cuda_device = rcci_stream_usable() ? rcci_devapi()->current_device() : -1;
     comm->cuda_device = me->cuda_device;
@@ -322,18 +375,8 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
                  *only ? " (RCC_TRANSPORT=" : "", only, *only ? "; " : "", *only ? why : "",
                  *only ? ")" : "");
     RCC_CHECK(rcci_bootstrap_allgather(comm->bootstrap, peers, sizeof *peers));
-    for (int r = 0; r < comm->nranks; r++) {
-        RCC_CHECK(comm_alike("RCC_NSOCKS", peers[r].nsocks, me->nsocks, r, comm->rank));
-        RCC_CHECK(comm_alike("RCC_NSOCKS_MIN_BYTES", peers[r].nsocks_min_bytes,
-                             me->nsocks_min_bytes, r, comm->rank));
-        RCC_CHECK(comm_alike("RCC_DEVICE_CHUNK_BYTES", peers[r].dev_chunk_bytes,
-                             me->dev_chunk_bytes, r, comm->rank));
-        RCC_CHECK(comm_alike("RCC_CUDAIPC_WINDOW_BYTES", peers[r].window_bytes, me->window_bytes, r,
-                             comm->rank));
-        RCC_CHECK(comm_alike("RCC_DEVICE_PIPELINE (resolved)", peers[r].dev_pipeline,
-                             me->dev_pipeline, r, comm->rank));
-        RCC_CHECK(comm_alike("RCC_RD_LEADERS", peers[r].rd_leaders, me->rd_leaders, r, comm->rank));
-    }
+    for (int r = 0; r < comm->nranks; r++)
+        RCC_CHECK(comm_alike_all(&peers[r], me, r, comm->rank));
     comm->dev_pipeline = me->dev_pipeline;
     RCC_CHECK(comm_choose_rd_leaders(comm, peers));
 

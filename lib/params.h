@@ -29,7 +29,7 @@
       "at that interval); 0: never")                                                               \
     X(CHUNK_BYTES, INT, "256K", 4096, 1073741824,                                                  \
       "pipeline chunk size: the unit that flows around the ring (rounded down to a multiple of "   \
-      "64 bytes)")                                                                                 \
+      "64 bytes); must be the same on every rank")                                                 \
     X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \
     X(DEVICE_CHUNK_BYTES, INT, "8M", 4096, 1073741824,                                             \
       "largest chunk of collectives on device buffers (at least 2 per segment where every ring "   \
@@ -66,8 +66,8 @@
     X(SOCKET_BUF_BYTES, INT, "4M", 0, 1073741824,                                                  \
       "SO_SNDBUF/SO_RCVBUF for data sockets; 0 leaves the kernel's autotuning")                    \
     X(CHECKSUM, INT, "0", 0, 1,                                                                    \
-      "1: every TCP message carries a CRC32C of its payload, checked by the receiver (set alike "  \
-      "on every rank)")                                                                            \
+      "1: every TCP message carries a CRC32C of its payload, checked by the receiver; must be "    \
+      "the same on every rank")                                                                    \
     X(CHECKSUM_FAULT, INT, "0", 0, 1ll << 40,                                                      \
       "testing: N sends every Nth checksum wrong, as damage on the way would (0: never)")          \
     X(SOCKET_CONGESTION, STR, "cubic", 0, 0,                                                       \
@@ -87,18 +87,20 @@
     X(ALGO, STR, "auto", 0, 0,                                                                     \
       "allreduce algorithm: auto (rd up to RCC_SMALL_MAX_BYTES, rabenseifner up to "               \
       "RCC_MID_MAX_BYTES on 2^k ranks, else ring), ring, rabenseifner, twostep, rd, direct or "    \
-      "star")                                                                                      \
+      "star; must be the same on every rank")                                                      \
     X(RD_LEADERS, INT, "0", 0, 1 << 20,                                                            \
       "ranks that run recursive doubling's exchanges (a power of two; the others hand their "      \
       "input to one of them and get the result back); 0: auto, the most unless a host would run "  \
       "more of them than it has CPUs; must be the same on every rank")                             \
     X(SMALL_MAX_BYTES, INT, "8K", 0, 1ll << 30,                                                    \
-      "largest allreduce (bytes per rank) that auto runs by recursive doubling")                   \
+      "largest allreduce (bytes per rank) that auto runs by recursive doubling; must be the same " \
+      "on every rank")                                                                             \
     X(MID_MAX_BYTES, INT, "2M", 0, 1ll << 40,                                                      \
       "largest allreduce (bytes per rank) that auto runs by Rabenseifner's algorithm (rank "       \
-      "counts that are powers of two; the others take the ring)")                                  \
+      "counts that are powers of two; the others take the ring); must be the same on every rank")  \
     X(FUSION_BYTES, INT, "64M", 0, 1ll << 40,                                                      \
-      "largest fused buffer for allreduces issued in one group; 0 disables fusion")                \
+      "largest fused buffer for allreduces issued in one group; 0 disables fusion; must be the "   \
+      "same on every rank")                                                                        \
     X(INLINE, INT, "1", 0, 1,                                                                      \
       "1: a blocking call on an idle communicator runs on the caller's thread, not the progress "  \
       "thread (no hand-offs); 0: always the progress thread")                                      \

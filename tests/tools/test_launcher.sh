@@ -372,31 +372,27 @@ if [[ -x $PERF ]]; then
             pass "(g) RCC_NSOCKS=3: $coll exact over 3 connections per edge"
         fi
     done
-    # Ranks that disagree fail at set-up, naming the setting.
-    run 60 "$RUN" -n 3 sh -c 'RCC_NSOCKS=$((RCC_RANK + 1)) exec "$0" -b 1M -e 1M' "$PERF"
-    if [[ $rc -ne 0 ]] && expect_in err "RCC_NSOCKS is" "(g) differing"; then
-        pass "(g) differing RCC_NSOCKS fails the job, named (exit $rc)"
-    elif [[ $rc -eq 0 ]]; then
-        fail "(g) differing RCC_NSOCKS went unnoticed"
-    fi
-    run 60 "$RUN" -n 3 sh -c 'RCC_NSOCKS_MIN_BYTES=$((RCC_RANK + 1))M exec "$0" -b 1M -e 1M' "$PERF"
-    if [[ $rc -ne 0 ]] && expect_in err "RCC_NSOCKS_MIN_BYTES is" "(g) differing threshold"; then
-        pass "(g) differing RCC_NSOCKS_MIN_BYTES fails the job, named (exit $rc)"
-    elif [[ $rc -eq 0 ]]; then
-        fail "(g) differing RCC_NSOCKS_MIN_BYTES went unnoticed"
-    fi
-    run 60 "$RUN" -n 3 sh -c 'RCC_DEVICE_CHUNK_BYTES=$((RCC_RANK + 1))M exec "$0" -b 1M -e 1M' "$PERF"
-    if [[ $rc -ne 0 ]] && expect_in err "RCC_DEVICE_CHUNK_BYTES is" "(g) differing device chunk"; then
-        pass "(g) differing RCC_DEVICE_CHUNK_BYTES fails the job, named (exit $rc)"
-    elif [[ $rc -eq 0 ]]; then
-        fail "(g) differing RCC_DEVICE_CHUNK_BYTES went unnoticed"
-    fi
-    run 60 "$RUN" -n 3 sh -c 'RCC_CUDAIPC_WINDOW_BYTES=$((RCC_RANK + 1))M exec "$0" -b 1M -e 1M' "$PERF"
-    if [[ $rc -ne 0 ]] && expect_in err "RCC_CUDAIPC_WINDOW_BYTES is" "(g) differing window"; then
-        pass "(g) differing RCC_CUDAIPC_WINDOW_BYTES fails the job, named (exit $rc)"
-    elif [[ $rc -eq 0 ]]; then
-        fail "(g) differing RCC_CUDAIPC_WINDOW_BYTES went unnoticed"
-    fi
+    # Ranks that disagree on a setting both ends of an edge act on fail at set-up, naming
+    # it: each rank's shell evaluates its own value ("ASSIGNMENT@TEXT OF THE ERROR").
+    for setting in \
+        'RCC_NSOCKS=$((RCC_RANK + 1))@RCC_NSOCKS is' \
+        'RCC_NSOCKS_MIN_BYTES=$((RCC_RANK + 1))M@RCC_NSOCKS_MIN_BYTES is' \
+        'RCC_DEVICE_CHUNK_BYTES=$((RCC_RANK + 1))M@RCC_DEVICE_CHUNK_BYTES is' \
+        'RCC_CUDAIPC_WINDOW_BYTES=$((RCC_RANK + 1))M@RCC_CUDAIPC_WINDOW_BYTES is' \
+        'RCC_CHUNK_BYTES=$((RCC_RANK + 1))M@the chunk size (RCC_CHUNK_BYTES' \
+        'RCC_ALGO=$([ "$RCC_RANK" = 1 ] && echo ring || echo auto)@RCC_ALGO is' \
+        'RCC_CHECKSUM=$((RCC_RANK % 2))@RCC_CHECKSUM is' \
+        'RCC_SMALL_MAX_BYTES=$((RCC_RANK + 1))K@RCC_SMALL_MAX_BYTES is' \
+        'RCC_MID_MAX_BYTES=$((RCC_RANK + 1))M@RCC_MID_MAX_BYTES is' \
+        'RCC_FUSION_BYTES=$((RCC_RANK + 1))M@RCC_FUSION_BYTES is'; do
+        assign=${setting%%@*} named=${setting#*@} name=${setting%%=*}
+        run 60 "$RUN" -n 3 sh -c "$assign exec \"\$0\" -b 1M -e 1M" "$PERF"
+        if [[ $rc -ne 0 ]] && expect_in err "$named" "(g) differing $name"; then
+            pass "(g) differing $name fails the job at set-up, named (exit $rc)"
+        elif [[ $rc -eq 0 ]]; then
+            fail "(g) differing $name went unnoticed"
+        fi
+    done
 fi
 
 # ------------------------------------------------------------------------------------------
