@@ -50,6 +50,9 @@
 
 #include "ringcc.h"
 #include "testdata.h"
+#ifdef RCC_VERBSIM
+#include "verbsim.h" /* tests/meson.build's soak_verbsim: the verbs transport on verbsim */
+#endif
 
 #define SOAK_NAME "ringcc-soak"
 #define SOAK_MAX_BATCH 8   /* calls in one nonblocking batch or group */
@@ -808,5 +811,13 @@ int main(int argc, char **argv)
     res = rcc_comm_destroy(soak_comm);
     if (res != RCC_SUCCESS)
         soak_fail(NULL, "rcc_comm_destroy", res, rcc_last_error(NULL));
+#ifdef RCC_VERBSIM
+    int misuses = verbsim_violations();
+    if (misuses > 0) { /* each was printed as it happened */
+        fprintf(stderr, "%s: rank %d: verbsim saw %d misuse(s) of the verbs API\n", SOAK_NAME,
+                soak_rank, misuses);
+        return 1;
+    }
+#endif
     return all[0] ? 1 : 0;
 }
