@@ -3,7 +3,7 @@
 # one run: how RCC_* defaults are chosen by measurement.
 #
 #   bench/ab-netlab.sh [-n RANKS] [-r RATE] [-R ROUNDS] [-b MIN] [-e MAX] [-C COLL]
-#                      [-i ITERS] BUILD_DIR SETTING...
+#                      [-i ITERS] [-I 0|1] BUILD_DIR SETTING...
 #
 # Each SETTING is a space-separated list of environment assignments given to
 # every rank ("RCC_NSOCKS=2", "RCC_NSOCKS=4 RCC_SLOTS=8"; "-" for none). One
@@ -13,14 +13,16 @@
 # that the machine's noise falls on all of them alike. Prints a table: per
 # size, each setting's median busbw (GB/s) and time (us) over the rounds and
 # its speed relative to the first setting's; every rank's results are
-# checked (a wrong element fails the run). Defaults: -n 4 -r none -R 3 -b 16M -e 64M -C allreduce -i 5.
+# checked (a wrong element fails the run). -I 1 runs in place (ringcc-perf -i 1,
+# as bench/compare-netlab.sh does by default). Defaults: -n 4 -r none -R 3 -b 16M
+# -e 64M -C allreduce -i 5 -I 0.
 # Needs root (netlab).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 netlab=$here/../tools/netlab
-n=4 rate=none rounds=3 min=16M max=64M coll=allreduce iters=5
+n=4 rate=none rounds=3 min=16M max=64M coll=allreduce iters=5 inplace=0
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
-while getopts "n:r:R:b:e:C:i:h" opt; do
+while getopts "n:r:R:b:e:C:i:I:h" opt; do
     case $opt in
     n) n=$OPTARG ;;
     r) rate=$OPTARG ;;
@@ -29,6 +31,7 @@ while getopts "n:r:R:b:e:C:i:h" opt; do
     e) max=$OPTARG ;;
     C) coll=$OPTARG ;;
     i) iters=$OPTARG ;;
+    I) inplace=$OPTARG ;;
     h) usage 0 ;;
     *) usage ;;
     esac
@@ -54,7 +57,7 @@ for ((round = 1; round <= rounds; round++)); do
         echo "ab-netlab: round $round/$rounds, setting $s: ${setting:-(defaults)}" >&2
         # shellcheck disable=SC2086 # the setting's assignments are words on purpose
         "$netlab" run -q -L "$lab" -t 900 -- env $setting "$perf" -C "$coll" -b "$min" -e "$max" \
-            -f 2 -n "$iters" -w 1 >"$work/r$round-s$s.out"
+            -f 2 -n "$iters" -w 1 -i "$inplace" >"$work/r$round-s$s.out"
     done
 done
 

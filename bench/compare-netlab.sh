@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # ringcc against Open MPI and Gloo, on one network lab, in one run.
 #
-#   bench/compare-netlab.sh [-n RANKS] [-r RATE] [-R ROUNDS] [-b MIN] [-e MAX] [-o DIR] BUILD_DIR
+#   bench/compare-netlab.sh [-n RANKS] [-r RATE] [-R ROUNDS] [-b MIN] [-e MAX] [-I 0|1]
+#                           [-o DIR] BUILD_DIR
 #
 # Makes one lab (tools/netlab: RANKS namespaces on a bridge, links shaped to
 # RATE both ways; "none" leaves them unshaped), then measures on it:
 #   - the link: one iperf3 TCP flow rank 0 -> rank 1 (single-flow goodput), and
 #     RANKS simultaneous ring-shaped flows rank i -> i+1 (goodput per flow);
 #   - a float32 sum allreduce from MIN to MAX bytes (factor 2) by
-#       ringcc         build/bench/ringcc-perf (default parameters)
+#       ringcc         build/bench/ringcc-perf (default library parameters)
 #       ompi           Open MPI's MPI_Allreduce, default algorithm selection
 #       ompi-ring      the same, ring forced (coll_tuned_allreduce_algorithm 4)
 #       gloo           torch.distributed all_reduce, backend gloo
 #     all timed the same way (median over iterations of the slowest rank's
 #     time; busbw = size/time * 2(n-1)/n) and checked against exact sums.
+#   -I 1 (the default) runs ringcc and Open MPI in place (the result over the
+#     input: MPI_IN_PLACE, ringcc-perf -i 1), as torch's all_reduce, and so
+#     Gloo, always runs and as frameworks call it; -I 0 gives ringcc and Open
+#     MPI a separate output buffer (Gloo stays in place). Where the CPU is the
+#     limit, out of place costs memory traffic (bench/results/README.md).
 # ROUNDS rounds alternate the four; the table gives each one's median per
 # size. Open MPI runs with mpi_yield_when_idle 1: its ranks otherwise spin
 # without yielding, and with more ranks than cores an 8-byte allreduce then
@@ -26,15 +32,16 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 netlab=$here/../tools/netlab
-n=4 rate=1gbit rounds=3 min=8 max=64M outdir=$here/results
+n=4 rate=1gbit rounds=3 min=8 max=64M inplace=1 outdir=$here/results
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
-while getopts "n:r:R:b:e:o:h" opt; do
+while getopts "n:r:R:b:e:I:o:h" opt; do
     case $opt in
     n) n=$OPTARG ;;
     r) rate=$OPTARG ;;
     R) rounds=$OPTARG ;;
     b) min=$OPTARG ;;
     e) max=$OPTARG ;;
+    I) inplace=$OPTARG ;;
     o) outdir=$OPTARG ;;
     h) usage 0 ;;
     *) usage ;;
@@ -42,6 +49,7 @@ while getopts "n:r:R:b:e:o:h" opt; do
 done
 shift $((OPTIND - 1))
 [[ $# -eq 1 ]] || usage
+[[ $inplace == 0 || $inplace == 1 ]] || { echo "compare-netlab: -I takes 0 or 1, not '$inplace'" >&2; exit 2; }
 build=$(cd "$1" && pwd)
 perf=$build/bench/ringcc-perf
 mpibench=$build/bench/mpi-allreduce
@@ -88,6 +96,7 @@ ranges=()
 [[ $maxb -gt $split ]] && ranges+=(large)
 small_args=(-b "$minb" -e "$((maxb < split ? maxb : split))" -f 2 -n 100 -w 10)
 large_args=(-b "$((minb > split ? minb : 2 * split))" -e "$maxb" -f 2 -n 5 -w 1)
+mode_args=(-i "$inplace") # ringcc-perf and mpi-allreduce; gloo-allreduce.py is in place
 
 hosts=""
 for ((i = 0; i < n; i++)); do hosts+="$("$netlab" addr "$lab" "$i"):1,"; done
@@ -147,6 +156,7 @@ for ((r = 1; r <= rounds; r++)); do
     for impl in "${peers[@]}"; do
         for range in "${ranges[@]}"; do
             if [[ $range == small ]]; then args=("${small_args[@]}"); else args=("${large_args[@]}"); fi
+            [[ $impl == gloo ]] || args+=("${mode_args[@]}")
             out=$work/$impl.$r.$range.txt
             if ! run_impl "$impl" "${args[@]}" >"$out" 2>&1; then
                 # Open MPI's launch over its out-of-band TCP now and then
@@ -165,6 +175,8 @@ for ((r = 1; r <= rounds; r++)); do
     done
 done
 
-cmdline="bench/compare-netlab.sh -n $n -r $rate -R $rounds -b $min -e $max BUILD_DIR"
-$python "$here/compare_report.py" "$csv" "$outdir/$tag" "$n" "$rate" "$cmdline"
+cmdline="bench/compare-netlab.sh -n $n -r $rate -R $rounds -b $min -e $max -I $inplace BUILD_DIR"
+mode=in-place
+[[ $inplace == 1 ]] || mode="out-of-place (Gloo in place)"
+$python "$here/compare_report.py" "$csv" "$outdir/$tag" "$n" "$rate" "$cmdline" "$mode"
 echo "compare-netlab: wrote $outdir/$tag.md, .csv, .svg" >&2

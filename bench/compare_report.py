@@ -32,12 +32,12 @@ def load(path):
     return med(times), med(bws), med(link), wrong, max(len(v) for v in times.values())
 
 
-def table(times, bws, link, impls, sizes, nranks, rate, command, wrong, rounds):
+def table(times, bws, link, impls, sizes, nranks, rate, command, wrong, rounds, mode):
     lines = ["# Allreduce on a network lab: %d ranks, links %s" % (nranks, rate), ""]
-    lines.append("Made by `%s` (float32 sum; medians over %d rounds run alternately; each "
+    lines.append("Made by `%s` (float32 sum, %s; medians over %d rounds run alternately; each "
                  "round's figure is the median over its iterations of the slowest rank's time; "
                  "busbw = size/time x 2(n-1)/n). Elements wrong, all runs: %d." %
-                 (command, rounds, wrong))
+                 (command, mode, rounds, wrong))
     lines.append("")
     single, ring = link.get("iperf3-single"), link.get("iperf3-ring")
     if single:
@@ -96,11 +96,13 @@ def svg(bws, link, impls, sizes, nranks, rate):
 
 def main():
     path, prefix, nranks, rate, command = sys.argv[1:6]
+    mode = sys.argv[6] if len(sys.argv) > 6 else "out-of-place (Gloo in place)"
     times, bws, link, wrong, rounds = load(path)
     impls = [i for i in IMPLS if any(k[0] == i for k in times)]
     sizes = sorted({k[1] for k in times})
     with open(prefix + ".md", "w") as f:
-        f.write(table(times, bws, link, impls, sizes, int(nranks), rate, command, wrong, rounds))
+        f.write(table(times, bws, link, impls, sizes, int(nranks), rate, command, wrong, rounds,
+                      mode))
     with open(prefix + ".svg", "w") as f:
         f.write(svg(bws, link, impls, sizes, int(nranks), rate))
     print(open(prefix + ".md").read())

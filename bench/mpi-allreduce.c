@@ -2,8 +2,10 @@
  * mpi-allreduce — the reference side of bench/compare-netlab.sh: MPI_Allreduce (float32, sum)
  * timed exactly as ringcc-perf times rcc_allreduce, so the two tables compare row by row.
  *
- *   mpirun -np 4 mpi-allreduce -b 8 -e 64M -f 4 -n 20 -w 3
+ *   mpirun -np 4 mpi-allreduce -b 8 -e 64M -f 4 -n 20 -w 3 [-i 0|1]
  *
+ * -i 1 runs in place (MPI_IN_PLACE, the result over the input, as torch's all_reduce and
+ * ringcc-perf -i 1 do); the default, 0, reduces into a separate output buffer.
  * Each row: one untimed checked call, WARMUP untimed calls, then ITERS calls timed one by one with
  * CLOCK_MONOTONIC; the per-iteration times are combined with an MPI_MAX allreduce and the median
  * of those slowest-rank times is reported, with algbw = size/time and busbw = algbw * 2(n-1)/n.
@@ -48,7 +50,7 @@ static size_t parse_size(const char *s)
 int main(int argc, char **argv)
 {
     size_t minb = 8, maxb = 64 << 20;
-    int factor = 2, iters = 20, warmup = 3;
+    int factor = 2, iters = 20, warmup = 3, inplace = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-b"))
             minb = parse_size(argv[i + 1]);
@@ -60,13 +62,17 @@ int main(int argc, char **argv)
             iters = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-w"))
             warmup = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-i"))
+            inplace = atoi(argv[i + 1]);
         else {
             fprintf(stderr,
-                    "usage: mpi-allreduce [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n");
+                    "usage: mpi-allreduce [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] "
+                    "[-i 0|1]\n");
             return 2;
         }
     }
-    if (minb < 4 || maxb < minb || factor < 2 || iters < 1 || warmup < 0) {
+    if (minb < 4 || maxb < minb || factor < 2 || iters < 1 || warmup < 0 ||
+        (inplace != 0 && inplace != 1)) {
         fprintf(stderr, "mpi-allreduce: bad arguments\n");
         return 2;
     }
@@ -81,16 +87,23 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     if (rank == 0)
-        printf("# mpi-allreduce: MPI_Allreduce float32 sum, %d ranks\n"
+        printf("# mpi-allreduce: MPI_Allreduce float32 sum, %d ranks, %s\n"
                "#       size         count      type   redop    time(us)  algbw(GB/s)  busbw(GB/s) "
                "   #wrong\n",
-               n);
+               n, inplace ? "in-place" : "out-of-place");
+    /* In place, every call sums over the previous result, as torch's all_reduce does in
+     * gloo-allreduce.py: the values grow (and may reach infinity), which costs nothing. */
+    const void *src = in;
+    if (inplace)
+        src = MPI_IN_PLACE;
     long total_wrong = 0;
     for (size_t size = minb; size <= maxb; size *= (size_t)factor) {
         size_t count = size / sizeof(float);
         for (size_t i = 0; i < count; i++)
             in[i] = (float)((i * 7 + (size_t)rank * 3) % 17);
-        MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (inplace)
+            memcpy(out, in, count * sizeof(float));
+        MPI_Allreduce(src, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         long wrong = 0, all_wrong = 0;
         for (size_t i = 0; i < count; i++) {
             float want = 0;
@@ -101,10 +114,10 @@ int main(int argc, char **argv)
         MPI_Allreduce(&wrong, &all_wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         total_wrong += all_wrong;
         for (int k = 0; k < warmup; k++)
-            MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            MPI_Allreduce(src, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         for (int k = 0; k < iters; k++) {
             double t0 = now();
-            MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            MPI_Allreduce(src, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             t[k] = now() - t0;
         }
         MPI_Allreduce(t, tmax, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
