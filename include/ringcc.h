@@ -408,7 +408,7 @@ RCC_API rcc_result_t rcc_ialltoall(const void *sendbuf, void *recvbuf, size_t co
  * arguments and return at once, blocking forms included; rcc_group_end
  * launches them together, in call order per communicator, fusing
  * consecutive allreduces of one dtype and op on one communicator into one
- * buffer and one ring pass (tensor fusion, up to RCC_FUSION_BYTES), and
+ * buffer and one operation (tensor fusion, up to RCC_FUSION_BYTES), and
  * returns when the operations issued with blocking calls have finished
  * (nonblocking ones complete through their requests, which must not be
  * waited for before the group ends). Groups nest; only the outermost end

@@ -118,6 +118,7 @@ typedef struct {
     int64_t small_max_bytes; /* RCC_SMALL_MAX_BYTES */
     int64_t mid_max_bytes;   /* RCC_MID_MAX_BYTES */
     int64_t fusion_bytes;    /* RCC_FUSION_BYTES */
+    int64_t ring_pass_bytes; /* RCC_RING_PASS_BYTES */
 } comm_peer_t;
 
 /* A setting every rank must share (both ends of an edge act on it). */
@@ -160,6 +161,7 @@ static rcc_result_t comm_alike_all(const comm_peer_t *theirs, const comm_peer_t 
         {"RCC_SMALL_MAX_BYTES", theirs->small_max_bytes, me->small_max_bytes},
         {"RCC_MID_MAX_BYTES", theirs->mid_max_bytes, me->mid_max_bytes},
         {"RCC_FUSION_BYTES", theirs->fusion_bytes, me->fusion_bytes},
+        {"RCC_RING_PASS_BYTES", theirs->ring_pass_bytes, me->ring_pass_bytes},
     };
     for (size_t i = 0; i < sizeof alike / sizeof alike[0]; i++) {
         rcc_result_t res = comm_alike(alike[i].name, alike[i].theirs, alike[i].mine, r, rank);
@@ -178,6 +180,7 @@ static rcc_result_t comm_read_config(struct rcc_comm *comm, const rcc_config_t *
     comm->timeout_ns = rcci_param_int(RCCI_PARAM_TIMEOUT) * 1000000000ll;
     comm->chunk_bytes = (size_t)rcci_param_int(RCCI_PARAM_CHUNK_BYTES);
     comm->dev_chunk_bytes = (size_t)rcci_param_int(RCCI_PARAM_DEVICE_CHUNK_BYTES) & ~(size_t)63;
+    comm->ring_pass_bytes = (size_t)rcci_param_int(RCCI_PARAM_RING_PASS_BYTES);
     comm->slots = (int)rcci_param_int(RCCI_PARAM_SLOTS);
     const char *algo = rcci_param_str(RCCI_PARAM_ALGO);
     comm->algo_forced = rcci_allreduce_algo_named(algo, &comm->algo);
@@ -337,6 +340,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     me->small_max_bytes = rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES);
     me->mid_max_bytes = rcci_param_int(RCCI_PARAM_MID_MAX_BYTES);
     me->fusion_bytes = rcci_param_int(RCCI_PARAM_FUSION_BYTES);
+    me->ring_pass_bytes = (int64_t)comm->ring_pass_bytes;
     /* A GPU here: device buffers may then move GPU to GPU (devring.c). */
     me->cuda_device = rcci_stream_usable() ? rcci_devapi()->current_device() : -1;
     comm->cuda_device = me->cuda_device;

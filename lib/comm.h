@@ -154,6 +154,7 @@ struct rcc_comm {
     int64_t timeout_ns;
     size_t chunk_bytes;
     size_t dev_chunk_bytes; /* RCC_DEVICE_CHUNK_BYTES: operations on the device ring */
+    size_t ring_pass_bytes; /* RCC_RING_PASS_BYTES: host allreduces on the ring */
     int dev_pipeline;       /* RCCI_DEVPIPE_*: how device buffers go (stream.c, devring.c) */
     int cuda_device;        /* the GPU current at creation, -1 none: its stream calls use it */
     int slots;

@@ -31,6 +31,12 @@
       "pipeline chunk size: the unit that flows around the ring (rounded down to a multiple of "   \
       "64 bytes); must be the same on every rank")                                                 \
     X(SLOTS, INT, "4", 1, 64, "chunks in flight per direction (receive slots, pending sends)")     \
+    X(RING_PASS_BYTES, INT, "2M", 0, 1ll << 40,                                                    \
+      "allreduce on the ring over host memory: a buffer of twice this or more runs in passes of "  \
+      "this many bytes to twice that, one after another, each a whole reduce-scatter and "         \
+      "allgather in chunks of an eighth of a rank's part (64K to RCC_CHUNK_BYTES; a pass grows "   \
+      "to hold 8 per rank), so what a pass reduced is still in cache when its allgather "          \
+      "overwrites it; 0: one pass; must be the same on every rank")                                \
     X(DEVICE_CHUNK_BYTES, INT, "8M", 4096, 1073741824,                                             \
       "largest chunk of collectives on device buffers (at least 2 per segment where every ring "   \
       "edge moves GPU to GPU, else 8); chunks that fit a cudaipc slot are reduced where they "     \

@@ -19,29 +19,41 @@ rcci_span_t rcci_ring_chunk(rcci_span_t span, size_t nchunks, size_t chunk)
     return c;
 }
 
+static size_t ring_div_up(size_t a, size_t b) { return a / b + (a % b ? 1 : 0); }
+
 void rcci_ring_allreduce_plan(rcci_ring_plan_t *plan, size_t count, int nranks, int rank,
-                              size_t chunk_elems)
+                              size_t chunk_elems, size_t pass_elems)
 {
-    size_t largest = count / (size_t)nranks + (count % (size_t)nranks ? 1 : 0);
-    size_t nchunks = (largest + chunk_elems - 1) / chunk_elems;
+    size_t npasses = pass_elems && count / pass_elems > 1 ? count / pass_elems : 1;
+    size_t largest = ring_div_up(ring_div_up(count, npasses), (size_t)nranks);
+    size_t nchunks = ring_div_up(largest, chunk_elems);
     *plan = (rcci_ring_plan_t){.rank = rank,
                                .nranks = nranks,
                                .count = count,
+                               .npasses = npasses,
                                .nchunks = nchunks ? nchunks : 1,
                                .nsteps = 2 * (nranks - 1)};
 }
 
 size_t rcci_ring_items(const rcci_ring_plan_t *plan)
 {
-    return (size_t)plan->nsteps * plan->nchunks;
+    return plan->npasses * (size_t)plan->nsteps * plan->nchunks;
+}
+
+int rcci_ring_step(const rcci_ring_plan_t *p, size_t item)
+{
+    return (int)(item / p->nchunks % (size_t)p->nsteps);
 }
 
 static void ring_item(const rcci_ring_plan_t *p, size_t item, int segment, rcci_ring_item_t *out)
 {
-    out->step = (int)(item / p->nchunks);
+    rcci_span_t whole = {0, p->count};
+    rcci_span_t pass = rcci_ring_chunk(whole, p->npasses, item / p->nchunks / (size_t)p->nsteps);
+    rcci_span_t seg = rcci_ring_segment(pass.count, p->nranks, segment);
+    seg.offset += pass.offset;
+    out->step = rcci_ring_step(p, item);
     out->segment = segment;
-    out->span = rcci_ring_chunk(rcci_ring_segment(p->count, p->nranks, segment), p->nchunks,
-                                item % p->nchunks);
+    out->span = rcci_ring_chunk(seg, p->nchunks, item % p->nchunks);
 }
 
 /* At step s rank r sends segment r - s: in reduce-scatter the partial sum
@@ -49,7 +61,7 @@ static void ring_item(const rcci_ring_plan_t *p, size_t item, int segment, rcci_
  * segment it received at step s-1 (its own finished r+1 at s = n-1). */
 void rcci_ring_allreduce_send(const rcci_ring_plan_t *p, size_t item, rcci_ring_item_t *out)
 {
-    int step = (int)(item / p->nchunks);
+    int step = rcci_ring_step(p, item);
     ring_item(p, item, ring_mod((long)p->rank - step, p->nranks), out);
     out->from_input = step == 0;
     out->reduce = out->last_reduce = 0;
@@ -58,7 +70,7 @@ void rcci_ring_allreduce_send(const rcci_ring_plan_t *p, size_t item, rcci_ring_
 /* At step s rank r receives segment r - s - 1, what rank r-1 sends at s. */
 void rcci_ring_allreduce_recv(const rcci_ring_plan_t *p, size_t item, rcci_ring_item_t *out)
 {
-    int step = (int)(item / p->nchunks);
+    int step = rcci_ring_step(p, item);
     ring_item(p, item, ring_mod((long)p->rank - step - 1, p->nranks), out);
     out->from_input = 0;
     out->reduce = step < p->nranks - 1;
@@ -67,5 +79,5 @@ void rcci_ring_allreduce_recv(const rcci_ring_plan_t *p, size_t item, rcci_ring_
 
 long rcci_ring_allreduce_send_dep(const rcci_ring_plan_t *p, size_t item)
 {
-    return item < p->nchunks ? -1 : (long)(item - p->nchunks);
+    return rcci_ring_step(p, item) == 0 ? -1 : (long)(item - p->nchunks);
 }

@@ -32,7 +32,9 @@ void rcci_schedule_init(rcci_schedule_t *s)
         int whole = s->coll == RCCI_COLL_ALLREDUCE || s->coll == RCCI_COLL_BARRIER;
         size_t total = whole ? s->count : s->count * (size_t)n;
         int virtual_rank = whole ? s->rank : (s->rank + n - 1) % n;
-        rcci_ring_allreduce_plan(&s->ring, total, n, virtual_rank, ce);
+        /* Reduce-scatter and allgather use one half each: one pass. */
+        size_t pass = s->coll == RCCI_COLL_ALLREDUCE ? s->pass_elems : 0;
+        rcci_ring_allreduce_plan(&s->ring, total, n, virtual_rank, ce, pass);
         size_t half = (size_t)(n - 1) * s->ring.nchunks;
         s->ring_first = s->coll == RCCI_COLL_ALLGATHER ? (long)half : 0;
         s->nsend = s->nrecv = whole ? rcci_ring_items(&s->ring) : half;
@@ -93,9 +95,9 @@ void rcci_schedule_send(const rcci_schedule_t *s, size_t item, rcci_send_step_t 
         rcci_ring_item_t it;
         rcci_ring_allreduce_send(&s->ring, (size_t)s->ring_first + item, &it);
         size_t off = it.span.offset * s->esize;
-        long nc = (long)s->ring.nchunks;
+        long dep = rcci_ring_allreduce_send_dep(&s->ring, (size_t)s->ring_first + item);
         out->count = it.span.count;
-        out->dep = (long)item < nc ? -1 : (long)item - nc;
+        out->dep = dep < s->ring_first ? -1 : dep - s->ring_first;
         if (s->coll == RCCI_COLL_REDUCE_SCATTER)
             out->src = it.step == 0 ? s->sendbuf + off : sched_scratch(s, it.step - 1, &it);
         else if (s->coll == RCCI_COLL_ALLGATHER)

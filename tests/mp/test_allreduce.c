@@ -149,16 +149,23 @@ START_TEST(large_64mib)
 }
 END_TEST
 
-static int rank_small_chunks(int rank, int n, void *arg)
+/* A communicator of 64-byte chunks: many items per step, slot reuse, window limits. */
+static int init_tiny_chunks(rcc_comm_t *comm)
 {
-    (void)arg;
-    /* Tiny chunks: many items per step, slot reuse, window limits. */
     rcc_config_t config = RCC_CONFIG_INITIALIZER;
     config.chunk_bytes = 64;
     config.timeout_ms = 60000;
-    rcc_comm_t comm;
-    if (rcc_comm_init_env(&comm, &config) != RCC_SUCCESS)
+    if (rcc_comm_init_env(comm, &config) != RCC_SUCCESS)
         MP_FAIL("init: %s", rcc_last_error(NULL));
+    return 0;
+}
+
+static int rank_small_chunks(int rank, int n, void *arg)
+{
+    (void)arg;
+    rcc_comm_t comm;
+    if (init_tiny_chunks(&comm))
+        return 1;
     int bad = 0;
     for (size_t c = 0; c < NCOUNTS - 1; c++)
         bad |= check_one(comm, rank, n, test_counts[c], RCC_INT32, RCC_SUM, c & 1);
@@ -169,6 +176,33 @@ static int rank_small_chunks(int rank, int n, void *arg)
 }
 
 START_TEST(small_chunks) { ck_assert_int_eq(mp_run(_i, rank_small_chunks, NULL, 300), 0); }
+END_TEST
+
+/* ---- the ring in many passes ------------------------------------------------- */
+
+static int rank_ring_passes(int rank, int n, void *arg)
+{
+    (void)arg;
+    /* Parameters are read once per process: set before the communicator. The
+     * smallest pass (1 byte) takes the floor, 8 chunks per rank: a 65537-element
+     * buffer on 3 ranks runs in over a hundred passes. */
+    setenv("RCC_ALGO", "ring", 1);
+    setenv("RCC_RING_PASS_BYTES", "1", 1);
+    rcc_comm_t comm;
+    if (init_tiny_chunks(&comm))
+        return 1;
+    static const size_t counts[] = {1, 1021, 4099, 65537};
+    static const rcc_datatype_t dts[] = {RCC_INT32, RCC_FLOAT16, RCC_FLOAT64, RCC_BFLOAT16};
+    int bad = 0;
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (int op = 0; op < RCC_NUM_OPS; op++)
+            for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+                bad |= check_one(comm, rank, n, counts[c], dts[d], op, (int)(c + d) & 1);
+    rcc_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(ring_passes) { ck_assert_int_eq(mp_run(_i, rank_ring_passes, NULL, 300), 0); }
 END_TEST
 
 /* ---- 1,000 back-to-back small allreduces ------------------------------------ */
@@ -710,6 +744,7 @@ static Suite *allreduce_suite(void)
     tcase_add_loop_test(tc, all_types_ops_sizes, 1, 6);
     tcase_add_loop_test(tc, large_64mib, 2, 6);
     tcase_add_loop_test(tc, small_chunks, 2, 6);
+    tcase_add_loop_test(tc, ring_passes, 1, 6);
     tcase_add_loop_test(tc, back_to_back_1000, 1, 6);
     tcase_add_loop_test(tc, two_communicators, 1, 6);
     tcase_add_loop_test(tc, adjacent_fusion, 1, 6);

@@ -384,7 +384,8 @@ if [[ -x $PERF ]]; then
         'RCC_CHECKSUM=$((RCC_RANK % 2))@RCC_CHECKSUM is' \
         'RCC_SMALL_MAX_BYTES=$((RCC_RANK + 1))K@RCC_SMALL_MAX_BYTES is' \
         'RCC_MID_MAX_BYTES=$((RCC_RANK + 1))M@RCC_MID_MAX_BYTES is' \
-        'RCC_FUSION_BYTES=$((RCC_RANK + 1))M@RCC_FUSION_BYTES is'; do
+        'RCC_FUSION_BYTES=$((RCC_RANK + 1))M@RCC_FUSION_BYTES is' \
+        'RCC_RING_PASS_BYTES=$((RCC_RANK + 1))M@RCC_RING_PASS_BYTES is'; do
         assign=${setting%%@*} named=${setting#*@} name=${setting%%=*}
         run 60 "$RUN" -n 3 sh -c "$assign exec \"\$0\" -b 1M -e 1M" "$PERF"
         if [[ $rc -ne 0 ]] && expect_in err "$named" "(g) differing $name"; then

@@ -46,7 +46,7 @@ START_TEST(huge_counts_do_not_overflow)
     rcci_span_t last = rcci_ring_segment(count, 7, 6);
     ck_assert_uint_eq(last.offset + last.count, count);
     rcci_ring_plan_t p;
-    rcci_ring_allreduce_plan(&p, count, 7, 3, 1 << 18);
+    rcci_ring_allreduce_plan(&p, count, 7, 3, 1 << 18, 0);
     rcci_span_t seg = rcci_ring_segment(count, 7, 0);
     ck_assert_uint_ge(p.nchunks * (1 << 18), seg.count);
     rcci_ring_item_t it;
@@ -58,27 +58,69 @@ END_TEST
 /* What rank r sends at item k is what rank r+1 receives at item k. */
 START_TEST(edges_agree)
 {
+    static const size_t passes[] = {0, 1, 7, 16, 1000};
     for (int n = 2; n <= 7; n++) {
         for (size_t count = 0; count < 60; count += 3) {
             for (size_t ce = 1; ce < 9; ce += 3) {
-                rcci_ring_plan_t ps[7];
-                for (int r = 0; r < n; r++)
-                    rcci_ring_allreduce_plan(&ps[r], count, n, r, ce);
-                for (int r = 0; r < n; r++) {
-                    ck_assert_uint_eq(rcci_ring_items(&ps[r]), rcci_ring_items(&ps[0]));
-                    for (size_t k = 0; k < rcci_ring_items(&ps[r]); k++) {
-                        rcci_ring_item_t s, v;
-                        rcci_ring_allreduce_send(&ps[r], k, &s);
-                        rcci_ring_allreduce_recv(&ps[(r + 1) % n], k, &v);
-                        ck_assert_int_eq(s.segment, v.segment);
-                        ck_assert_uint_eq(s.span.offset, v.span.offset);
-                        ck_assert_uint_eq(s.span.count, v.span.count);
-                        ck_assert_uint_le(s.span.count, ce);
+                for (size_t p = 0; p < sizeof passes / sizeof passes[0]; p++) {
+                    rcci_ring_plan_t ps[7];
+                    for (int r = 0; r < n; r++)
+                        rcci_ring_allreduce_plan(&ps[r], count, n, r, ce, passes[p]);
+                    for (int r = 0; r < n; r++) {
+                        ck_assert_uint_eq(rcci_ring_items(&ps[r]), rcci_ring_items(&ps[0]));
+                        for (size_t k = 0; k < rcci_ring_items(&ps[r]); k++) {
+                            rcci_ring_item_t s, v;
+                            rcci_ring_allreduce_send(&ps[r], k, &s);
+                            rcci_ring_allreduce_recv(&ps[(r + 1) % n], k, &v);
+                            ck_assert_int_eq(s.segment, v.segment);
+                            ck_assert_uint_eq(s.span.offset, v.span.offset);
+                            ck_assert_uint_eq(s.span.count, v.span.count);
+                            ck_assert_uint_le(s.span.count, ce);
+                        }
                     }
                 }
             }
         }
     }
+}
+END_TEST
+
+/* Passes cut the buffer into as many near-equal parts as hold the size asked
+ * for (one where fewer than two do), and every element ends on a rank exactly once:
+ * reduced for the last time there (the segment the rank finishes) or landed
+ * by the allgather (the others). A send waits for the receive one step
+ * before it in its own pass, none in a pass's first step. */
+START_TEST(passes_cover_the_buffer)
+{
+    static const size_t counts[] = {0, 1, 9, 100, 1001, 4096};
+    static const size_t passes[] = {0, 1, 3, 64, 100, 4096};
+    for (int n = 2; n <= 6; n++)
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+            for (size_t p = 0; p < sizeof passes / sizeof passes[0]; p++) {
+                size_t count = counts[c], pass = passes[p];
+                rcci_ring_plan_t plan;
+                rcci_ring_allreduce_plan(&plan, count, n, 1, 5, pass);
+                size_t want = pass && count / pass > 1 ? count / pass : 1;
+                ck_assert_uint_eq(plan.npasses, want);
+                int *last = calloc(count + 1, sizeof *last),
+                    *landed = calloc(count + 1, sizeof *landed);
+                for (size_t k = 0; k < rcci_ring_items(&plan); k++) {
+                    rcci_ring_item_t it;
+                    rcci_ring_allreduce_recv(&plan, k, &it);
+                    ck_assert_int_eq(it.step, (int)(k / plan.nchunks % (size_t)plan.nsteps));
+                    ck_assert_uint_le(it.span.count, 5);
+                    for (size_t i = it.span.offset; i < it.span.offset + it.span.count; i++) {
+                        last[i] += it.last_reduce;
+                        landed[i] += !it.reduce;
+                    }
+                    long dep = rcci_ring_allreduce_send_dep(&plan, k);
+                    ck_assert(dep < 0 ? it.step == 0 : (size_t)dep + plan.nchunks == k);
+                }
+                for (size_t i = 0; i < count; i++) {
+                    ck_assert_int_eq(last[i] + landed[i], 1);
+                }
+                free(last), free(landed);
+            }
 }
 END_TEST
 
@@ -90,7 +132,7 @@ typedef struct {
     size_t head, tail;
 } fifo_t;
 
-static void simulate(int n, size_t count, size_t ce, unsigned seed, int inplace)
+static void simulate(int n, size_t count, size_t ce, size_t pass, unsigned seed, int inplace)
 {
     rcci_ring_plan_t plan[16];
     int64_t *in[16], *out[16];
@@ -98,7 +140,7 @@ static void simulate(int n, size_t count, size_t ce, unsigned seed, int inplace)
     size_t sent[16] = {0}, recvd[16] = {0};
     memset(fifo, 0, sizeof fifo);
     for (int r = 0; r < n; r++) {
-        rcci_ring_allreduce_plan(&plan[r], count, n, r, ce);
+        rcci_ring_allreduce_plan(&plan[r], count, n, r, ce, pass);
         in[r] = malloc((count + 1) * sizeof(int64_t));
         out[r] = inplace ? in[r] : malloc((count + 1) * sizeof(int64_t));
         for (size_t i = 0; i < count; i++) {
@@ -148,8 +190,9 @@ static void simulate(int n, size_t count, size_t ce, unsigned seed, int inplace)
         for (int r = 0; r < n; r++)
             expect += (int64_t)(i * 31 + (size_t)r * 1000003);
         for (int r = 0; r < n; r++)
-            ck_assert_msg(out[r][i] == expect, "n=%d count=%zu ce=%zu inplace=%d: rank %d elem %zu",
-                          n, count, ce, inplace, r, i);
+            ck_assert_msg(out[r][i] == expect,
+                          "n=%d count=%zu ce=%zu pass=%zu inplace=%d: rank %d elem %zu", n, count,
+                          ce, pass, inplace, r, i);
     }
     for (int r = 0; r < n; r++) {
         if (!inplace)
@@ -164,8 +207,10 @@ START_TEST(simulated_ring_reduces_correctly)
     for (int n = 2; n <= 9; n++)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
             for (size_t ce = 1; ce <= 17; ce += 8)
-                for (int inplace = 0; inplace < 2; inplace++)
-                    simulate(n, counts[c], ce, (unsigned)(n * 1000 + c * 10 + ce), inplace);
+                for (size_t pass = 0; pass <= 40; pass += 20)
+                    for (int inplace = 0; inplace < 2; inplace++)
+                        simulate(n, counts[c], ce, pass, (unsigned)(n * 1000 + c * 10 + ce + pass),
+                                 inplace);
 }
 END_TEST
 
@@ -185,8 +230,8 @@ typedef struct {
     size_t head, tail;
 } sim_fifo_t;
 
-static void sim_collective(rcci_coll_t coll, int n, size_t count, size_t ce, int root, int inplace,
-                           unsigned seed)
+static void sim_collective(rcci_coll_t coll, int n, size_t count, size_t ce, size_t pass, int root,
+                           int inplace, unsigned seed)
 {
     size_t total =
         coll == RCCI_COLL_ALLREDUCE || coll == RCCI_COLL_BROADCAST || coll == RCCI_COLL_REDUCE
@@ -228,7 +273,8 @@ static void sim_collective(rcci_coll_t coll, int n, size_t count, size_t ce, int
                                   .scratch = (char *)scratch[r],
                                   .stage = (char *)stage[r],
                                   .slots = SIM_SLOTS,
-                                  .chunk_elems = ce};
+                                  .chunk_elems = ce,
+                                  .pass_elems = pass};
         rcci_schedule_init(&sc[r]);
         rcci_schedule_local(&sc[r]);
     }
@@ -289,8 +335,8 @@ static void sim_collective(rcci_coll_t coll, int n, size_t count, size_t ce, int
             if (coll == RCCI_COLL_REDUCE && r != root)
                 break;
             ck_assert_msg(res[i] == expect,
-                          "%s n=%d count=%zu ce=%zu root=%d inplace=%d rank %d [%zu]",
-                          rcci_coll_name(coll), n, count, ce, root, inplace, r, i);
+                          "%s n=%d count=%zu ce=%zu pass=%zu root=%d inplace=%d rank %d [%zu]",
+                          rcci_coll_name(coll), n, count, ce, pass, root, inplace, r, i);
         }
         for (size_t i = 0; coll == RCCI_COLL_ALLGATHER && i < total; i++)
             ck_assert_msg(res[i] == (int64_t)((i % count) * 31 + (i / count) * 1000003 + 7),
@@ -308,9 +354,11 @@ START_TEST(every_schedule_simulated)
         for (int n = 1; n <= 6; n++)
             for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
                 for (size_t ce = 1; ce <= 9; ce += 4)
-                    for (int inplace = 0; inplace < 2; inplace++)
-                        sim_collective(colls[c], n, counts[k], ce, (int)(k % (size_t)n), inplace,
-                                       (unsigned)(c * 7919 + (size_t)n * 131 + k * 17 + ce));
+                    for (size_t pass = 0; pass <= 24; pass += 12) /* allreduce uses it */
+                        for (int inplace = 0; inplace < 2; inplace++)
+                            sim_collective(
+                                colls[c], n, counts[k], ce, pass, (int)(k % (size_t)n), inplace,
+                                (unsigned)(c * 7919 + (size_t)n * 131 + k * 17 + ce + pass));
 }
 END_TEST
 
@@ -356,6 +404,7 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, segments_tile_the_buffer);
     tcase_add_test(tc, huge_counts_do_not_overflow);
     tcase_add_test(tc, edges_agree);
+    tcase_add_test(tc, passes_cover_the_buffer);
     tcase_add_test(tc, simulated_ring_reduces_correctly);
     tcase_add_test(tc, every_schedule_simulated);
     tcase_add_test(tc, rd_leaders_fit_the_cpus);
