@@ -480,7 +480,11 @@ RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
  * runs (a peer lost, a timeout, a mismatch) is reported as NCCL reports it:
  * by rcc_comm_get_async_error and by every later call on the communicator;
  * the stream is released all the same (never left waiting), and recvbuf then
- * holds unspecified values.
+ * holds unspecified values. After such a failure a same-host peer may still
+ * have this rank's device buffers mapped (CUDA IPC) until it notices the
+ * failure: free them only once every rank has destroyed or aborted its
+ * communicator (freeing memory another process has open is undefined
+ * behaviour in CUDA).
  *
  * Without CUDA in the build, or with no usable device, only stream == NULL
  * with host buffers is accepted: the call is then the blocking host

@@ -34,7 +34,8 @@
 typedef struct {
     atomic_int id_ready[MP_ID_SLOTS];
     rcc_unique_id_t ids[MP_ID_SLOTS];
-    char user[];
+    atomic_int aborted; /* mp_abort_and_wait */
+    _Alignas(64) char user[]; /* mp_shared: aligned for any type the tests keep there */
 } mp_area_t;
 
 static mp_area_t *mp_area;
@@ -125,6 +126,15 @@ rcc_result_t mp_bcast_unique_id(int rank, int slot, rcc_unique_id_t *id)
     }
     *id = mp_area->ids[slot];
     return RCC_SUCCESS;
+}
+
+void mp_abort_and_wait(rcc_comm_t comm, int ranks)
+{
+    rcc_comm_abort(comm);
+    atomic_fetch_add(&mp_area->aborted, 1);
+    double deadline = mp_now() + 20;
+    while (atomic_load(&mp_area->aborted) < ranks && mp_now() < deadline)
+        usleep(1000);
 }
 
 rcc_comm_t mp_comm(int timeout_ms)

@@ -44,6 +44,13 @@ void *mp_shared(size_t *size);
  * shared memory); `slot` distinguishes several ids in one run. */
 rcc_result_t mp_bcast_unique_id(int rank, int slot, rcc_unique_id_t *id);
 
+/* After a failure: aborts `comm`, then waits (at most 20 s) until `ranks`
+ * ranks of the run have come here. A same-host peer may map this rank's
+ * device buffers (cudaipc's windows) until its own communicator has ended,
+ * and it learns of a failure in its own time: buffers are freed after this
+ * (ringcc.h, stream collectives). */
+void mp_abort_and_wait(rcc_comm_t comm, int ranks);
+
 /* A communicator from the environment with a test timeout; aborts the rank
  * (exit 90 + message) on failure. */
 rcc_comm_t mp_comm(int timeout_ms);

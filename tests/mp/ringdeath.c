@@ -52,11 +52,7 @@ static int ringdeath_rank(int rank, int n, void *arg)
      * windows) until their communicators have ended: freed once all have
      * aborted. */
     fakedev_stream_destroy(stream);
-    rcc_comm_abort(comm);
-    _Atomic int *aborted = mp_shared(NULL);
-    atomic_fetch_add(aborted, 1);
-    for (int waited = 0; atomic_load(aborted) < n - 1 && waited < 20000; waited++)
-        usleep(1000);
+    mp_abort_and_wait(comm, n - 1);
     fakedev_free(d);
     return 0;
 }

@@ -366,11 +366,7 @@ static int rank_window_too_far(int rank, int n, void *arg)
      * communicator has ended (it learns of the failure in its own time):
      * the buffer is freed only once every rank has aborted. */
     fakedev_stream_destroy(stream);
-    rcc_comm_abort(comm);
-    _Atomic int *aborted = mp_shared(NULL);
-    atomic_fetch_add(aborted, 1);
-    for (int waited = 0; atomic_load(aborted) < n && waited < 20000; waited++)
-        usleep(1000);
+    mp_abort_and_wait(comm, n);
     fakedev_free(d);
     return 0;
 }

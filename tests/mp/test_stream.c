@@ -563,9 +563,9 @@ static int rank_queue_fails(int rank, int n, void *arg)
                 rcc_result_name(res), rcc_last_error(comm));
     if (fakedev_stream_sync(stream, 20))
         MP_FAIL("rank %d: a call on the failed communicator left its stream waiting", rank);
-    fakedev_free(d);
     fakedev_stream_destroy(stream);
-    rcc_comm_abort(comm);
+    mp_abort_and_wait(comm, n);
+    fakedev_free(d);
     return 0;
 }
 
@@ -581,7 +581,7 @@ END_TEST
  * here), saying so, rather than hold the operation forever. */
 static int rank_gpu_hangs(int rank, int n, void *arg)
 {
-    (void)n, (void)arg;
+    (void)arg;
     setenv("FAKEDEV_EVENTS_HANG", "1", 1);
     fakedev_install();
     rcc_comm_t comm = mp_comm(2000);
@@ -601,9 +601,9 @@ static int rank_gpu_hangs(int rank, int n, void *arg)
     /* The GPU recovers: what was kept from it (pinned memory behind an
      * event) goes with the communicator. */
     unsetenv("FAKEDEV_EVENTS_HANG");
-    fakedev_free(d);
     fakedev_stream_destroy(stream);
-    rcc_comm_abort(comm);
+    mp_abort_and_wait(comm, n);
+    fakedev_free(d);
     return 0;
 }
 
