@@ -171,12 +171,11 @@ static size_t pipe_chunk_elems(const struct rcc_comm *comm, const rcci_op_t *op,
  * stays as full across a step's turn as a whole operation's does. A pass's
  * allgather then overwrites what its reduce-scatter wrote a moment before,
  * still in cache, where one pass over a large buffer comes back to it after
- * the whole buffer went by; and each chunk passes socket, reduction and
- * socket again while it is in the cache of the core that moves it. 4 ranks
- * on the 2-CPU lab, unshaped, 16-128 MiB in place: 2 MiB passes of 64 KiB
- * chunks ran 1.15x-1.5x the busbw of one pass of 256 KiB chunks, 4 MiB
- * passes or 32 KiB chunks less (bench/results/README.md). Sets *pass_elems
- * (0: one pass) and, where the operation runs in passes, *chunk_elems. */
+ * the whole buffer went by. 4 ranks on the 2-CPU lab, unshaped, in place:
+ * 2 MiB passes of 64 KiB chunks ran 1.19x-1.37x the busbw of one pass of
+ * 256 KiB chunks from 4 to 128 MiB; 4 MiB passes, or 32 KiB chunks, less
+ * (bench/results/README.md). Sets *pass_elems (0: one pass) and, where the
+ * operation runs in passes, *chunk_elems. */
 static void pipe_passes(const struct rcc_comm *comm, const rcci_op_t *op, size_t esize,
                         size_t min_chunks, size_t pass_bytes, size_t *chunk_elems,
                         size_t *pass_elems)
