@@ -184,15 +184,15 @@ static int rank_ring_passes(int rank, int n, void *arg)
 {
     (void)arg;
     /* Parameters are read once per process: set before the communicator. The
-     * smallest pass (1 byte) takes the floor, 8 chunks per rank: a 65537-element
-     * buffer on 3 ranks runs in over a hundred passes. */
+     * smallest pass (1 byte) takes the floor, 8 chunks per rank: with 64-byte
+     * chunks a 65537-element buffer on 3 ranks runs in over a hundred passes. */
     setenv("RCC_ALGO", "ring", 1);
     setenv("RCC_RING_PASS_BYTES", "1", 1);
     rcc_comm_t comm;
     if (init_tiny_chunks(&comm))
         return 1;
     static const size_t counts[] = {1, 1021, 4099, 65537};
-    static const rcc_datatype_t dts[] = {RCC_INT32, RCC_FLOAT16, RCC_FLOAT64, RCC_BFLOAT16};
+    static const rcc_datatype_t dts[] = {RCC_INT32, RCC_BFLOAT16, RCC_FLOAT64};
     int bad = 0;
     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
         for (int op = 0; op < RCC_NUM_OPS; op++)

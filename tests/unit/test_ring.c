@@ -58,7 +58,7 @@ END_TEST
 /* What rank r sends at item k is what rank r+1 receives at item k. */
 START_TEST(edges_agree)
 {
-    static const size_t passes[] = {0, 1, 7, 16, 1000};
+    static const size_t passes[] = {0, 7, 16};
     for (int n = 2; n <= 7; n++) {
         for (size_t count = 0; count < 60; count += 3) {
             for (size_t ce = 1; ce < 9; ce += 3) {
@@ -207,7 +207,7 @@ START_TEST(simulated_ring_reduces_correctly)
     for (int n = 2; n <= 9; n++)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
             for (size_t ce = 1; ce <= 17; ce += 8)
-                for (size_t pass = 0; pass <= 40; pass += 20)
+                for (size_t pass = 0; pass <= 20; pass += 20)
                     for (int inplace = 0; inplace < 2; inplace++)
                         simulate(n, counts[c], ce, pass, (unsigned)(n * 1000 + c * 10 + ce + pass),
                                  inplace);
@@ -354,7 +354,7 @@ START_TEST(every_schedule_simulated)
         for (int n = 1; n <= 6; n++)
             for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
                 for (size_t ce = 1; ce <= 9; ce += 4)
-                    for (size_t pass = 0; pass <= 24; pass += 12) /* allreduce uses it */
+                    for (size_t pass = 0; pass <= 12; pass += 12) /* allreduce uses it */
                         for (int inplace = 0; inplace < 2; inplace++)
                             sim_collective(
                                 colls[c], n, counts[k], ce, pass, (int)(k % (size_t)n), inplace,
