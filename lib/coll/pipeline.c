@@ -105,8 +105,8 @@ rcc_result_t rcci_coll_step_fail(struct rcc_comm *comm, const rcci_op_t *op,
     if (sched->ring.npasses > 1) {
         size_t whole = item + (size_t)sched->ring_first;
         step = (size_t)rcci_ring_step(&sched->ring, whole);
-        snprintf(pass, sizeof pass, " pass %zu of %zu,",
-                 whole / nchunks / (size_t)sched->ring.nsteps, sched->ring.npasses);
+        snprintf(pass, sizeof pass, " pass %zu of %zu,", rcci_ring_pass(&sched->ring, whole),
+                 sched->ring.npasses);
     }
     rcci_error_prefix("%s #%u (%s %s, count %zu, root %d)%s step %zu chunk %zu, %s %s: ",
                       rcci_coll_name(op->coll), op->seq, rcc_datatype_name(op->dtype),

@@ -45,10 +45,15 @@ int rcci_ring_step(const rcci_ring_plan_t *p, size_t item)
     return (int)(item / p->nchunks % (size_t)p->nsteps);
 }
 
+size_t rcci_ring_pass(const rcci_ring_plan_t *p, size_t item)
+{
+    return item / p->nchunks / (size_t)p->nsteps;
+}
+
 static void ring_item(const rcci_ring_plan_t *p, size_t item, int segment, rcci_ring_item_t *out)
 {
     rcci_span_t whole = {0, p->count};
-    rcci_span_t pass = rcci_ring_chunk(whole, p->npasses, item / p->nchunks / (size_t)p->nsteps);
+    rcci_span_t pass = rcci_ring_chunk(whole, p->npasses, rcci_ring_pass(p, item));
     rcci_span_t seg = rcci_ring_segment(pass.count, p->nranks, segment);
     seg.offset += pass.offset;
     out->step = rcci_ring_step(p, item);

@@ -53,6 +53,8 @@ void rcci_ring_allreduce_plan(rcci_ring_plan_t *plan, size_t count, int nranks, 
 size_t rcci_ring_items(const rcci_ring_plan_t *plan);
 /* The step (0 .. nsteps-1, within its pass) of an item. */
 int rcci_ring_step(const rcci_ring_plan_t *plan, size_t item);
+/* The pass (0 .. npasses-1) of an item. */
+size_t rcci_ring_pass(const rcci_ring_plan_t *plan, size_t item);
 void rcci_ring_allreduce_send(const rcci_ring_plan_t *plan, size_t item, rcci_ring_item_t *out);
 void rcci_ring_allreduce_recv(const rcci_ring_plan_t *plan, size_t item, rcci_ring_item_t *out);
 /* The receive whose result a send forwards (its data dependency), or -1
