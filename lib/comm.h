@@ -103,6 +103,7 @@ typedef struct rcci_op {
     uint32_t seq;                      /* per-communicator operation number, carried on the wire */
     int64_t started_ns, stall_next_ns; /* for stall reports (watch.c) */
     int announced;                     /* watch.c told the ring neighbours what it waits in */
+    int spare_fits; /* its allocation may be kept for the next record (progress.c) */
     /* Completion, under `lock`. */
     pthread_mutex_t lock;
     pthread_cond_t cond;
