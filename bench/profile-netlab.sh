@@ -25,19 +25,21 @@ done
 lab=prof$$ work=$(mktemp -d)
 trap '"$netlab" down "$lab"; rm -rf "$work"' EXIT
 "$netlab" up -n "$n" -r "$rate" "$lab" >&2
-perf_cmd=("$build/bench/ringcc-perf" -b 64M -e 64M -n 20 -w 1 -c 0)
+# In place, as bench/compare-netlab.sh runs it; iterations enough that the
+# run outlasts the profile's window (60 of 64 MiB: 6 s at 1 GB/s busbw).
+perf_cmd=("$build/bench/ringcc-perf" -b 64M -e 64M -n 60 -w 1 -c 0 -i 1)
 
 echo "# Where a 64 MiB allreduce spends its time: $n ranks, links $rate"
 echo
 echo "Made by \`bench/profile-netlab.sh -n $n -r $rate BUILD_DIR\`."
 echo
 "$netlab" run -q -L "$lab" -- "${perf_cmd[@]}" >"$work/run.txt" &
-sleep 3
-perf record -a -g -o "$work/perf.data" sleep 4 >/dev/null 2>&1
+sleep 2
+perf record -a -g -o "$work/perf.data" sleep 3 >/dev/null 2>&1
 wait
 echo "busbw during the profile: $(awk '$1 ~ /^[0-9]+$/ {print $7}' "$work/run.txt") GB/s"
 echo
-echo "## CPU, all processes, by symbol (perf record -a, 4 s)"
+echo "## CPU, all processes, by symbol (perf record -a, 3 s)"
 echo
 echo '```'
 perf report -i "$work/perf.data" --no-children --sort comm,sym -g none 2>/dev/null |
@@ -53,7 +55,7 @@ exec "$@"
 EOS
 chmod +x "$work/r1.sh"
 "$netlab" run -q -L "$lab" -- env STRACE_OUT="$work/strace.txt" "$work/r1.sh" \
-    "$build/bench/ringcc-perf" -b 64M -e 64M -n 5 -w 1 -c 0 >/dev/null
+    "$build/bench/ringcc-perf" -b 64M -e 64M -n 5 -w 1 -c 0 -i 1 >/dev/null
 echo '```'
 head -12 "$work/strace.txt" || true
 echo '```'
