@@ -25,6 +25,9 @@
 # without yielding, and with more ranks than cores an 8-byte allreduce then
 # takes milliseconds (measured here: 8-11 ms).
 # Writes DIR/netlab-RATE-RANKS.{md,csv,svg} (default DIR: bench/results).
+# Progress goes to stderr, with the share of CPU time the hypervisor took
+# (steal, /proc/stat) while each implementation ran: a round that jumps for
+# one of them and shows steal there is the host's, not the library's.
 # Defaults: -n 4 -r 1gbit -R 3 -b 8 -e 64M.
 # Needs root, iperf3, openmpi-bin + libopenmpi-dev (BUILD_DIR/bench/mpi-allreduce
 # is built when MPI is found) and python3-torch; a missing peer is skipped
@@ -119,6 +122,14 @@ run_impl() { # IMPL ARGS... -> the benchmark's table on stdout
     esac
 }
 
+# "STEAL TOTAL": the CPU time the hypervisor took from this VM and all CPU
+# time, in ticks since boot (/proc/stat; 0 0 where there is none). Rounds in
+# which the host took CPU are where one implementation's figure jumps.
+cpu_ticks() {
+    awk '$1 == "cpu" {t = 0; for (i = 2; i <= 9; i++) t += $i; print $9 + 0, t; exit}' \
+        /proc/stat 2>/dev/null || echo "0 0"
+}
+
 iperf_flows() { # FLOWS... as "from:to" -> mean goodput per flow, GB/s
     local pids=() files=() f base=$((5201 + RANDOM % 1000)) k=0
     for flow in "$@"; do
@@ -154,6 +165,7 @@ for ((r = 1; r <= rounds; r++)); do
     echo "$r,iperf3-single,0,0,${single[-1]},0" >>"$csv"
     echo "$r,iperf3-ring,0,0,${ring[-1]},0" >>"$csv"
     for impl in "${peers[@]}"; do
+        read -r steal0 total0 < <(cpu_ticks)
         for range in "${ranges[@]}"; do
             if [[ $range == small ]]; then args=("${small_args[@]}"); else args=("${large_args[@]}"); fi
             [[ $impl == gloo ]] || args+=("${mode_args[@]}")
@@ -171,7 +183,9 @@ for ((r = 1; r <= rounds; r++)); do
             fi
             awk -v r="$r" -v impl="$impl" '$1 ~ /^[0-9]+$/ && NF >= 8 {print r "," impl "," $1 "," $5 "," $7 "," $8}' "$out" >>"$csv"
         done
-        echo "round $r: $impl done" >&2
+        read -r steal1 total1 < <(cpu_ticks)
+        echo "round $r: $impl done (host steal $(awk -v s=$((steal1 - steal0)) \
+            -v t=$((total1 - total0)) 'BEGIN {printf "%.1f", (t > 0 ? 100 * s / t : 0)}')% of CPU time)" >&2
     done
 done
 
