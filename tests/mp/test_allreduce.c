@@ -186,7 +186,7 @@ static int rank_ring_passes(int rank, int n, void *arg)
     /* Parameters are read once per process: set before the communicator. The
      * smallest pass (1 byte) takes the floor, 8 chunks per rank: with 64-byte
      * chunks a 65537-element buffer on 3 ranks runs in over a hundred passes;
-     * quick runs (verbsim, sanitizers) stop at 4099 elements, 3 to 21 passes:
+     * quick runs (verbsim, sanitizers) stop at 4099 elements, 3 to 32 passes:
      * the thousands of 64-byte messages of the largest took 30 s on verbsim. */
     setenv("RCC_ALGO", "ring", 1);
     setenv("RCC_RING_PASS_BYTES", "1", 1);
