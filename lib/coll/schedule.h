@@ -67,7 +67,7 @@ typedef struct {
     char *stage;   /* reduce: `slots` chunks of chunk_elems */
     size_t slots;
     size_t chunk_elems;
-    size_t pass_elems; /* allreduce: the ring's largest pass (0: one pass; ring.h) */
+    size_t pass_elems; /* allreduce: the ring's smallest pass (0: one pass; ring.h) */
     /* Derived by rcci_schedule_init. */
     rcci_ring_plan_t ring; /* ring collectives */
     long ring_first;       /* first allreduce item this collective uses */
