@@ -315,7 +315,7 @@ static rcc_result_t bs_meet_root(rcci_bootstrap_t *bs, const rcci_id_t *id, int6
     int root_said = 0; /* the root's verdict already names the problem */
     char root[80];
     rcci_addr_format(&id->root, root, sizeof root);
-    RCC_CHECK(rcci_sock_connect(&id->root, deadline, 1, &fd));
+    RCC_CHECK(rcci_sock_connect(&id->root, deadline, 1, NULL, &fd));
     rcci_hello_t hello = {
         .kind = RCCI_HELLO_ROOT, .rank = bs->rank, .nranks = bs->nranks, .comm_id = id->comm_id};
     rcci_addr_to_wire(&bs->local, &hello.addr);
@@ -349,7 +349,7 @@ static rcc_result_t bs_connect_ring(rcci_bootstrap_t *bs, int64_t deadline)
                               .comm_id = bs->comm_id};
         /* Connecting first cannot deadlock: the kernel completes the
          * handshake and buffers the hello before the peer accepts. */
-        res = rcci_sock_connect(&bs->peers[next], deadline, 1, &bs->next_fd);
+        res = rcci_sock_connect(&bs->peers[next], deadline, 1, NULL, &bs->next_fd);
         if (res != RCC_SUCCESS) { /* name the rank: its address alone says little */
             rcci_error_prefix("connecting the bootstrap ring to rank %d%s: ", next,
                               next == 0 ? " (the root)" : "");
@@ -386,7 +386,7 @@ static rcc_result_t bs_new(int rank, int nranks, int64_t timeout_ns, const uint8
                              .prev_fd = -1,
                              .comm_id = comm_id};
     memcpy(bs->secret, secret, sizeof bs->secret);
-    RCC_CHECK(rcci_sock_listen(listen_on, &lfd, &bs->local));
+    RCC_CHECK(rcci_sock_listen(listen_on, NULL, &lfd, &bs->local));
     RCC_CHECK(rcci_acceptor_create(lfd, bs->secret, bs->comm_id, &bs->acceptor));
     lfd = -1;
     *out = bs;

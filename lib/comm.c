@@ -81,7 +81,7 @@ rcc_result_t rcc_get_unique_id(rcc_unique_id_t *out)
     rcci_addr_t local;
     RCC_CHECK(rcci_addr_pick_local(rcci_param_str(RCCI_PARAM_SOCKET_IFNAME), NULL, &local, ifname,
                                    sizeof ifname));
-    RCC_CHECK(rcci_sock_listen(&local, &fd, &id.root));
+    RCC_CHECK(rcci_sock_listen(&local, NULL, &fd, &id.root));
     RCC_CHECK(comm_random(id.secret, sizeof id.secret));
     RCC_CHECK(comm_random(&id.comm_id, sizeof id.comm_id));
     RCC_CHECK(rcci_root_start(fd, &id, rcci_param_int(RCCI_PARAM_TIMEOUT) * 1000000000ll));
@@ -702,7 +702,7 @@ rcc_result_t rcc_comm_init_env(rcc_comm_t *comm, const rcc_config_t *config)
         if (any.u.sa.sa_family == AF_INET6)
             any.u.in6.sin6_addr = in6addr_any;
         rcci_addr_set_port(&any, rcci_addr_port(root));
-        res = rcci_sock_listen(&any, &fd, &bound);
+        res = rcci_sock_listen(&any, NULL, &fd, &bound);
         if (res != RCC_SUCCESS) {
             rcci_error_prefix("rank 0 serves the rendezvous at %s and ", job.root);
             goto out;

@@ -237,7 +237,8 @@ rcc_result_t rcci_sock_set_nonblocking(int fd, int on)
     return RCC_SUCCESS;
 }
 
-rcc_result_t rcci_sock_listen(const rcci_addr_t *addr, int *fd_out, rcci_addr_t *bound)
+rcc_result_t rcci_sock_listen(const rcci_addr_t *addr, rcci_sock_prepare_fn prepare, int *fd_out,
+                              rcci_addr_t *bound)
 {
     char text[80];
     rcci_addr_format(addr, text, sizeof text);
@@ -246,6 +247,8 @@ rcc_result_t rcci_sock_listen(const rcci_addr_t *addr, int *fd_out, rcci_addr_t 
         return rcci_error_errno(RCC_ERR_SYSTEM, errno, "socket for listening on %s", text);
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (prepare)
+        prepare(fd);
     if (bind(fd, &addr->u.sa, addr->len) != 0 || listen(fd, 1024) != 0) {
         int err = errno;
         close(fd);
@@ -275,7 +278,7 @@ static rcc_result_t sock_wait(int fd, short events, int64_t deadline_ns, const c
 }
 
 rcc_result_t rcci_sock_connect(const rcci_addr_t *addr, int64_t deadline_ns, int retry_refused,
-                               int *fd_out)
+                               rcci_sock_prepare_fn prepare, int *fd_out)
 {
     char text[80];
     rcci_addr_format(addr, text, sizeof text);
@@ -284,6 +287,8 @@ rcc_result_t rcci_sock_connect(const rcci_addr_t *addr, int64_t deadline_ns, int
         int fd = socket(addr->u.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
             return rcci_error_errno(RCC_ERR_SYSTEM, errno, "socket to connect to %s", text);
+        if (prepare)
+            prepare(fd);
         int err = 0;
         if (connect(fd, &addr->u.sa, addr->len) != 0) {
             err = errno;

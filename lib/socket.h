@@ -48,13 +48,23 @@ void rcci_addr_set_port(rcci_addr_t *addr, uint16_t port);
 rcc_result_t rcci_addr_pick_local(const char *ifname, const rcci_addr_t *toward, rcci_addr_t *local,
                                   char *ifname_out, size_t ifname_size);
 
-/* Listening socket (CLOEXEC, REUSEADDR) on `addr`; *bound gets the port. */
-rcc_result_t rcci_sock_listen(const rcci_addr_t *addr, int *fd, rcci_addr_t *bound);
-/* Blocking-style connect with a deadline. With `retry_refused`, a refused
- * connection is retried until the deadline (the peer may not listen yet).
- * The returned socket is blocking, CLOEXEC, TCP_NODELAY. */
+/* Sets options a connection must be born with, on a fresh socket before
+ * it connects or listens (connections accepted from a listener inherit
+ * them). Congestion control is one: the kernel sets up the algorithm at the
+ * handshake, and one chosen afterwards takes over without undoing what the
+ * first set up (BBR, a common default, leaves the socket paced). */
+typedef void (*rcci_sock_prepare_fn)(int fd);
+
+/* Listening socket (CLOEXEC, REUSEADDR) on `addr`, `prepare`d when not
+ * NULL; *bound gets the port. */
+rcc_result_t rcci_sock_listen(const rcci_addr_t *addr, rcci_sock_prepare_fn prepare, int *fd,
+                              rcci_addr_t *bound);
+/* Blocking-style connect with a deadline, from a socket `prepare`d when not
+ * NULL. With `retry_refused`, a refused connection is retried until the
+ * deadline (the peer may not listen yet). The returned socket is blocking,
+ * CLOEXEC, TCP_NODELAY. */
 rcc_result_t rcci_sock_connect(const rcci_addr_t *addr, int64_t deadline_ns, int retry_refused,
-                               int *fd);
+                               rcci_sock_prepare_fn prepare, int *fd);
 rcc_result_t rcci_sock_send_all(int fd, const void *buf, size_t len, int64_t deadline_ns);
 rcc_result_t rcci_sock_recv_all(int fd, void *buf, size_t len, int64_t deadline_ns);
 /* Sends to one socket and receives from another at once (no deadlock when

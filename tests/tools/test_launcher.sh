@@ -331,9 +331,12 @@ echo "== (e) RCC_SOCKET_CONGESTION"
 
 if [[ -x $PERF ]]; then
     run 60 env RCC_DEBUG=INFO RCC_SOCKET_CONGESTION=reno "$RUN" -n 2 "$PERF" -b 1M -e 1M -n 2 -w 1
+    # Both sides: an accepted connection runs what its listener was given
+    # before it listened, not the system's default.
     if expect_rc 0 "(e) reno" && perf_rows 1 "(e) reno" &&
-        expect_in err "data sockets use congestion control reno" "(e) reno"; then
-        pass "(e) RCC_SOCKET_CONGESTION=reno: the data sockets use reno"
+        expect_in err "data connections use congestion control reno (connected)" "(e) reno" &&
+        expect_in err "data connections use congestion control reno (accepted)" "(e) reno"; then
+        pass "(e) RCC_SOCKET_CONGESTION=reno: the data connections, both sides, use reno"
     fi
     run 60 env RCC_SOCKET_CONGESTION=no-such-cc "$RUN" -n 2 "$PERF" -b 1M -e 1M -n 2 -w 1
     if expect_rc 0 "(e) refused" && perf_rows 1 "(e) refused" &&

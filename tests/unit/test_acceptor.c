@@ -35,7 +35,7 @@ static void listener_open(listener_t *l)
     ck_assert_int_eq(rcci_addr_parse("127.0.0.1:9", &lo), RCC_SUCCESS);
     rcci_addr_set_port(&lo, 0);
     int fd;
-    ck_assert_int_eq(rcci_sock_listen(&lo, &fd, &l->addr), RCC_SUCCESS);
+    ck_assert_int_eq(rcci_sock_listen(&lo, NULL, &fd, &l->addr), RCC_SUCCESS);
     ck_assert_int_eq(rcci_acceptor_create(fd, secret, COMM_ID, &l->acc), RCC_SUCCESS);
 }
 

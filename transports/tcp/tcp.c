@@ -80,6 +80,44 @@ static rcc_result_t tcp_can_connect(void *tctx, const rcci_peer_info_t *me,
     return RCC_SUCCESS;
 }
 
+/* RCC_SOCKET_CONGESTION. Why not the system's default: BBR (the default on
+ * some hosts) measured 15% below the link on a 1 Gbit ring, because each
+ * link carries one flow's data and the opposite flow's ACKs, which queue
+ * behind that data and arrive in bursts that inflate BBR's bandwidth
+ * estimate; cubic held the link rate (bench/results/README.md). An algorithm
+ * the kernel refuses leaves the default, with one warning per process. */
+static void tcp_set_congestion(int fd)
+{
+    static int warned;
+    const char *name = rcci_param_str(RCCI_PARAM_SOCKET_CONGESTION);
+    if (name[0] && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name))) {
+        int err = errno;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            RCC_WARN("RCC_SOCKET_CONGESTION=%s refused by the kernel (%s; see "
+                     "net.ipv4.tcp_allowed_congestion_control): using the system's default",
+                     name, strerror(err));
+    }
+}
+
+/* Options for bulk data, set on the socket before it connects or listens
+ * (accepted connections inherit the listener's): RCC_SOCKET_BUF_BYTES and
+ * RCC_SOCKET_CONGESTION. Set on a connection already made, the congestion
+ * control would take over from the system default's without undoing its
+ * set-up: from BBR, that leaves cubic pacing each connection at a rate
+ * drawn from its (on these hosts, scheduling-inflated) round trip time,
+ * which held the tail of an 8 KiB message back for ~30 us
+ * (bench/results/README.md). */
+static void tcp_prepare_socket(int fd)
+{
+    int64_t buf = rcci_param_int(RCCI_PARAM_SOCKET_BUF_BYTES);
+    if (buf > 0) {
+        int v = (int)buf;
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+    }
+    tcp_set_congestion(fd);
+}
+
 static rcc_result_t tcp_listen(void *tctx, void *handle, rcci_listener_t **out)
 {
     tcp_ctx_t *ctx = tctx;
@@ -87,7 +125,7 @@ static rcc_result_t tcp_listen(void *tctx, void *handle, rcci_listener_t **out)
     memcpy(&local.u, &ctx->env.local_addr, local.len);
     rcci_addr_set_port(&local, 0);
     int fd;
-    rcc_result_t res = rcci_sock_listen(&local, &fd, &bound);
+    rcc_result_t res = rcci_sock_listen(&local, tcp_prepare_socket, &fd, &bound);
     if (res != RCC_SUCCESS)
         return res;
     rcci_listener_t *l = calloc(1, sizeof *l);
@@ -118,43 +156,29 @@ static void tcp_close_listener(rcci_listener_t *l)
     free(l);
 }
 
-/* RCC_SOCKET_CONGESTION. Why not the system's default: BBR (the default on
- * some hosts) measured 15% below the link on a 1 Gbit ring, because each
- * link carries one flow's data and the opposite flow's ACKs, which queue
- * behind that data and arrive in bursts that inflate BBR's bandwidth
- * estimate; cubic held the link rate (bench/results/README.md). An algorithm
- * the kernel refuses leaves the default, with one warning per process. */
-static void tcp_set_congestion(int fd)
+/* Says once per process and side which congestion control the first
+ * connection made (accepted = 1: taken from the listener) runs: what the
+ * kernel made of tcp_prepare_socket's choice. */
+static void tcp_tell_congestion(int fd, int accepted)
 {
-    static int warned, told;
-    const char *name = rcci_param_str(RCCI_PARAM_SOCKET_CONGESTION);
-    if (name[0] && setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name))) {
-        int err = errno;
-        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-            RCC_WARN("RCC_SOCKET_CONGESTION=%s refused by the kernel (%s; see "
-                     "net.ipv4.tcp_allowed_congestion_control): using the system's default",
-                     name, strerror(err));
-    }
-    if (rcci_log_on(RCCI_LOG_INFO, RCCI_LOG_SUBSYS) &&
-        !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED)) {
-        char used[32] = "?";
-        socklen_t len = sizeof used - 1;
-        getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, used, &len);
-        used[sizeof used - 1] = '\0';
-        RCC_INFO("tcp: data sockets use congestion control %s", used);
-    }
+    static int told[2];
+    if (!rcci_log_on(RCCI_LOG_INFO, RCCI_LOG_SUBSYS) ||
+        __atomic_exchange_n(&told[accepted], 1, __ATOMIC_RELAXED))
+        return;
+    char used[32] = "?";
+    socklen_t len = sizeof used - 1;
+    getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, used, &len);
+    used[sizeof used - 1] = '\0';
+    RCC_INFO("tcp: data connections use congestion control %s (%s)", used,
+             accepted ? "accepted" : "connected");
 }
 
-/* Socket options for bulk data; the connection then runs nonblocking. */
-static rcc_result_t tcp_conn_new(tcp_ctx_t *ctx, int fd, const char *peer, rcci_conn_t **out)
+/* The connection runs nonblocking, without Nagle's delay (its buffers and
+ * congestion control were set before it connected: tcp_prepare_socket). */
+static rcc_result_t tcp_conn_new(tcp_ctx_t *ctx, int fd, int accepted, const char *peer,
+                                 rcci_conn_t **out)
 {
-    int64_t buf = rcci_param_int(RCCI_PARAM_SOCKET_BUF_BYTES);
-    if (buf > 0) {
-        int v = (int)buf;
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
-    }
-    tcp_set_congestion(fd);
+    tcp_tell_congestion(fd, accepted);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     rcc_result_t res = rcci_sock_set_nonblocking(fd, 1);
@@ -184,7 +208,7 @@ static rcc_result_t tcp_connect(void *tctx, const void *handle, uint32_t tag, in
     int fd;
     /* The peer's listener is up before its handle is published, so a
      * refusal means the peer is gone: no retrying. */
-    res = rcci_sock_connect(&addr, deadline_ns, 0, &fd);
+    res = rcci_sock_connect(&addr, deadline_ns, 0, tcp_prepare_socket, &fd);
     if (res != RCC_SUCCESS)
         return res;
     rcci_hello_t hello = {.kind = RCCI_HELLO_TCP,
@@ -194,7 +218,7 @@ static rcc_result_t tcp_connect(void *tctx, const void *handle, uint32_t tag, in
                           .comm_id = ctx->env.comm_id};
     res = rcci_hello_send(fd, &hello, ctx->env.secret, deadline_ns);
     if (res == RCC_SUCCESS)
-        res = tcp_conn_new(ctx, fd, text, out);
+        res = tcp_conn_new(ctx, fd, 0, text, out);
     if (res != RCC_SUCCESS)
         close(fd);
     return res;
@@ -214,7 +238,7 @@ static rcc_result_t tcp_accept(rcci_listener_t *l, int peer_rank, uint32_t tag, 
     if (getpeername(fd, &from.u.sa, &from.len) == 0)
         rcci_addr_format(&from, addr, sizeof addr);
     snprintf(text, sizeof text, "rank %d (%s)", (int)hello.rank, addr);
-    res = tcp_conn_new(l->ctx, fd, text, out);
+    res = tcp_conn_new(l->ctx, fd, 1, text, out);
     if (res != RCC_SUCCESS)
         close(fd);
     return res;
