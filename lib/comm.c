@@ -430,10 +430,13 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
         if (res != RCC_SUCCESS)
             goto out;
     }
-    RCC_INFO("ring: sends to %s via %s (%s), receives from %s via %s (%s); %d connection%s per "
-             "edge (channels) for operations of %lld bytes or more, else 1",
-             nname, comm->send_link.tr->name, send_why, pname, comm->recv_link.tr->name, recv_why,
-             me->nsocks, me->nsocks == 1 ? "" : "s", (long long)me->nsocks_min_bytes);
+    char edges[96] = "1 connection per edge";
+    if (me->nsocks > 1)
+        snprintf(edges, sizeof edges,
+                 "%d connections per edge (channels) for operations of %lld bytes or more, else 1",
+                 me->nsocks, (long long)me->nsocks_min_bytes);
+    RCC_INFO("ring: sends to %s via %s (%s), receives from %s via %s (%s); %s", nname,
+             comm->send_link.tr->name, send_why, pname, comm->recv_link.tr->name, recv_why, edges);
     /* The listener stays open for point-to-point connections, made on first
      * use. They run over this rank's receive transport (one transport per
      * job today; per-peer choice arrives with the second transport). */

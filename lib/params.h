@@ -61,7 +61,7 @@
       "device ring over cudaipc: allreduces and allgathers of at least this many bytes write "     \
       "chunks straight into the next rank's output, which it maps by IPC for the operation; "      \
       "smaller ones go through the receive slots; must be the same on every rank")                 \
-    X(NSOCKS, INT, "2", 1, 8,                                                                      \
+    X(NSOCKS, INT, "1", 1, 8,                                                                      \
       "connections (TCP sockets) per ring edge; the chunks of operations of RCC_NSOCKS_MIN_BYTES " \
       "or more are dealt round-robin over them; must be the same on every rank")                   \
     X(NSOCKS_MIN_BYTES, INT, "16M", 0, 1ll << 40,                                                  \

@@ -30,7 +30,7 @@ host=$(hostname | cut -d. -f1)
 prefix="^\[[01]\] $host:[0-9]+:[0-9]+ ringcc INFO [A-Z]+ \[[01]\] "
 grep ' ringcc ' "$tmp/err" | grep -vqE "$prefix" && fail "a line without the host:pid:tid and rank prefix: $(grep ' ringcc ' "$tmp/err" | grep -vE "$prefix" | head -1)"
 for want in "INIT \[0\] ringcc [0-9.]+ \(features: CUDA" "chunk [0-9]+ bytes" \
-    "INIT \[[01]\] ring: sends to rank [01] .* via tcp \(.+\), receives from rank [01] .* via tcp \(.+\); [0-9]+ connections? per edge \(channels\)" \
+    "INIT \[[01]\] ring: sends to rank [01] .* via tcp \(.+\), receives from rank [01] .* via tcp \(.+\); (1 connection per edge$|[0-9]+ connections per edge \(channels\) for operations of [0-9]+ bytes or more, else 1$)" \
     "INIT \[1\] rank 1 of 2 up: interface [a-z0-9]+, address [0-9.]+:[0-9]+"; do
     grep -qE "$want" "$tmp/err" || fail "RCC_DEBUG=INFO: no line matching '$want'"
 done
