@@ -807,6 +807,16 @@ static rcc_result_t stream_submit(struct rcc_comm *comm, struct rcci_streams *s,
     op->on_stream = 1;
     op->mark = (rcci_mark_t){.start = start, .done = done, .ticket = ticket, .stream = stream};
     res = mark_pair_free(comm, done, prev);
+    if (res != RCC_SUCCESS) {
+        /* The pair is still `prev`'s, and its stream may wait on it: this
+         * operation must not store its ticket there, and the pair's next
+         * user waits for `prev` again. */
+        op->mark.released = 1;
+        pthread_mutex_lock(&comm->lock);
+        if (s->last[k] == ticket)
+            s->last[k] = prev;
+        pthread_mutex_unlock(&comm->lock);
+    }
     /* Chunk by chunk on the device, or staged whole here: in its
      * signature, which peers may ask about (or compare) while it waits for
      * its stream. */

@@ -671,6 +671,61 @@ static int rank_kinds_differ(int rank, int n, void *arg)
     return 0;
 }
 
+/* ---- a call that waits too long for its flag pair ---------------------------- */
+
+/* 4097 allreduces on a stream held by a gated kernel: the last needs the
+ * flag pair of the first, which cannot start, and must fail with
+ * RCC_ERR_TIMEOUT after the communicator's timeout, leaving the pair to the
+ * first. A copy queued right after the first must then still see the first's
+ * sum once the gate opens (a failed call that marked the pair done would let
+ * the stream run past the first before it had run). */
+static int rank_pair_timeout(int rank, int n, void *arg)
+{
+    (void)arg;
+    enum { CALLS = 4096 };
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(1500);
+    void *stream = fakedev_stream_create();
+    int32_t *d = fakedev_malloc((CALLS + 1) * sizeof *d), *in = malloc((CALLS + 1) * sizeof *in);
+    for (int i = 0; i <= CALLS; i++)
+        in[i] = i + rank;
+    int32_t first = -1;
+    kcopy_t fill = {d, in, (CALLS + 1) * sizeof *d, 1, 0, 0},
+            snap = {&first, d, sizeof first, 0, 0, 0};
+    fakedev_launch(stream, kern_copy, &fill);
+    rcc_result_t res = rcc_allreduce_stream(d, d, 1, RCC_INT32, RCC_SUM, comm, stream);
+    fakedev_launch(stream, kern_copy, &snap);
+    for (int i = 1; i < CALLS && res == RCC_SUCCESS; i++)
+        res = rcc_allreduce_stream(d + i, d + i, 1, RCC_INT32, RCC_SUM, comm, stream);
+    double t0 = td_now_s();
+    rcc_result_t late =
+        rcc_allreduce_stream(d + CALLS, d + CALLS, 1, RCC_INT32, RCC_SUM, comm, stream);
+    double took = td_now_s() - t0;
+    char why[512];
+    snprintf(why, sizeof why, "%s", rcc_last_error(NULL));
+    atomic_store(&fill.gate, 1);
+    if (res != RCC_SUCCESS || fakedev_stream_sync(stream, 120) || atomic_load(&fill.gave_up))
+        MP_FAIL("rank %d: the first %d calls: %s: %s", rank, CALLS, rcc_result_name(res),
+                rcc_last_error(comm));
+    if (late != RCC_ERR_TIMEOUT || !strstr(why, "pending") || took < 1.0 || took > 10)
+        MP_FAIL("rank %d: call %d gave %s after %.2f s: %s", rank, CALLS + 1, rcc_result_name(late),
+                took, why);
+    int bad = first != n * (n - 1) / 2;
+    if (bad)
+        fprintf(stderr, "rank %d: the copy after the first allreduce saw %d, not %d\n", rank,
+                (int)first, n * (n - 1) / 2);
+    fakedev_free(d);
+    free(in);
+    fakedev_stream_destroy(stream);
+    return td_finish(comm, bad);
+}
+
+START_TEST(pair_timeout_leaves_the_pair)
+{
+    ck_assert_int_eq(mp_run(2, rank_pair_timeout, NULL, 120), 0);
+}
+END_TEST
+
 /* ---- the ticket counter wraps ----------------------------------------------- */
 
 /* 700 allreduces queued on a stream without waiting, from ticket 2^32 - 301
@@ -765,6 +820,7 @@ static Suite *stream_suite(void)
     tcase_add_test(tc, hung_gpu_times_out);
     tcase_add_test(tc, device_and_host_buffers_across_ranks);
     tcase_add_test(tc, tickets_wrap);
+    tcase_add_test(tc, pair_timeout_leaves_the_pair);
     suite_add_tcase(s, tc);
     return s;
 }
