@@ -104,6 +104,7 @@ typedef struct {
     uint64_t host_hash;
     int32_t nsocks;           /* RCC_NSOCKS: both ends of an edge must make as many */
     int32_t cuda_device;      /* -1: this rank has no GPU (rcci_peer_info_t) */
+    int32_t pid;              /* its process (rcci_peer_info_t) */
     int64_t nsocks_min_bytes; /* RCC_NSOCKS_MIN_BYTES: and deal chunks alike */
     int64_t dev_chunk_bytes;  /* RCC_DEVICE_CHUNK_BYTES: device ring chunks cut alike */
     int32_t dev_pipeline;     /* RCC_DEVICE_PIPELINE, resolved (RCCI_DEVPIPE_*) */
@@ -240,8 +241,10 @@ static rcc_result_t comm_peer_info(const struct rcc_comm *comm, const comm_peer_
     if (!*info || !*transports)
         return rcci_error(RCC_ERR_NO_MEMORY, "peer tables for %d ranks", comm->nranks);
     for (int r = 0; r < comm->nranks; r++) {
-        (*info)[r] = (rcci_peer_info_t){
-            .rank = r, .host_hash = peers[r].host_hash, .cuda_device = peers[r].cuda_device};
+        (*info)[r] = (rcci_peer_info_t){.rank = r,
+                                        .host_hash = peers[r].host_hash,
+                                        .cuda_device = peers[r].cuda_device,
+                                        .pid = peers[r].pid};
         (*transports)[r] = peers[r].transports;
     }
     return RCC_SUCCESS;
@@ -326,6 +329,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     comm_peer_t *me = &peers[comm->rank];
     me->rank = comm->rank;
     me->host_hash = comm_host_hash();
+    me->pid = (int32_t)getpid();
     me->nsocks = (int32_t)rcci_param_int(RCCI_PARAM_NSOCKS);
     me->nsocks_min_bytes = rcci_param_int(RCCI_PARAM_NSOCKS_MIN_BYTES);
     me->dev_chunk_bytes = (int64_t)comm->dev_chunk_bytes;

@@ -68,6 +68,7 @@ typedef struct {
     int rank;
     uint64_t host_hash; /* equal on ranks of one host (boot id + hostname) */
     int cuda_device;    /* -1 when the rank has no GPU buffers */
+    int pid;            /* its process: ranks of one process share an address space */
 } rcci_peer_info_t;
 
 /* What a message belongs to, checked by the receiver against what it

@@ -10,6 +10,7 @@
 #include "cudaipc/slots.h"
 #include "err.h"
 #include "ipcmem.h"
+#include "transport.h"
 
 START_TEST(fragments_cover_the_message)
 {
@@ -189,6 +190,33 @@ START_TEST(shared_memory_across_processes)
 }
 END_TEST
 
+/* Which peers the transport takes: another process of this host, both with a
+ * GPU. Ranks of one process (ncclCommInitAll's) cannot map each other's
+ * handles, so they go to another transport, with the reason. */
+START_TEST(peers_it_connects)
+{
+    const rcci_transport_t *cipc = NULL;
+    for (int i = 0; rcci_transports[i]; i++)
+        if (!strcmp(rcci_transports[i]->name, "cudaipc"))
+            cipc = rcci_transports[i];
+    ck_assert_ptr_nonnull(cipc);
+    rcci_peer_info_t me = {.rank = 0, .host_hash = 7, .cuda_device = 0, .pid = 100};
+    rcci_peer_info_t peer = {.rank = 1, .host_hash = 7, .cuda_device = 0, .pid = 101};
+    int priority = 0;
+    ck_assert_int_eq(cipc->can_connect(NULL, &me, &peer, &priority), RCC_SUCCESS);
+    ck_assert_int_gt(priority, 0);
+    peer.pid = me.pid;
+    ck_assert_int_eq(cipc->can_connect(NULL, &me, &peer, &priority), RCC_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "in this process"));
+    peer.pid = 101, peer.host_hash = 8;
+    ck_assert_int_eq(cipc->can_connect(NULL, &me, &peer, &priority), RCC_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "another host"));
+    peer.host_hash = 7, peer.cuda_device = -1;
+    ck_assert_int_eq(cipc->can_connect(NULL, &me, &peer, &priority), RCC_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(rcci_tls_error(), "no GPU"));
+}
+END_TEST
+
 static Suite *cipc_suite(void)
 {
     Suite *s = suite_create("cudaipc protocol");
@@ -199,6 +227,7 @@ static Suite *cipc_suite(void)
     tcase_add_test(tc, queued_words_are_checked);
     tcase_add_test(tc, hellos_are_checked);
     tcase_add_test(tc, shared_memory_across_processes);
+    tcase_add_test(tc, peers_it_connects);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -183,8 +183,9 @@ static void cipc_fini(void *tctx)
     free(ctx);
 }
 
-/* Same host, and both ranks have a GPU: device memory of one is reachable
- * from the other by IPC. */
+/* Same host, another process, and both ranks have a GPU: device memory of
+ * one is reachable from the other by IPC (CUDA maps a handle only in a
+ * process other than the one that exported it). */
 static rcc_result_t cipc_can_connect(void *tctx, const rcci_peer_info_t *me,
                                      const rcci_peer_info_t *peer, int *priority)
 {
@@ -194,6 +195,11 @@ static rcc_result_t cipc_can_connect(void *tctx, const rcci_peer_info_t *me,
     if (me->cuda_device < 0 || peer->cuda_device < 0)
         return rcci_error(RCC_ERR_UNSUPPORTED, "rank %d has no GPU",
                           me->cuda_device < 0 ? me->rank : peer->rank);
+    if (me->pid == peer->pid)
+        return rcci_error(RCC_ERR_UNSUPPORTED,
+                          "rank %d is in this process (CUDA IPC maps only another process's "
+                          "memory)",
+                          peer->rank);
     *priority = 10;
     return RCC_SUCCESS;
 }
