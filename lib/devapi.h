@@ -70,7 +70,8 @@ typedef struct rcci_devapi {
     /* Memory another process of this host can map: device memory (host 0;
      * cudaMalloc + cudaIpcGetMemHandle) or host memory the device can
      * read and write and the stream functions above can store flags in
-     * (host 1). Zeroed. Writes its handle (RCCI_IPC_HANDLE_BYTES). */
+     * (host 1). Zeroed. Writes its handle (RCCI_IPC_HANDLE_BYTES). On
+     * failure *p is NULL: nothing for the caller to free. */
     rcc_result_t (*ipc_alloc)(void **p, size_t bytes, int host, void *handle);
     void (*ipc_free)(void *p);
     /* Maps a peer process's ipc_alloc memory from its handle (device memory:
@@ -125,6 +126,13 @@ typedef struct rcci_devapi {
      * many times, while each stream operation's flags carry one call's
      * ticket. NULL in a table means never. */
     rcc_result_t (*stream_capturing)(void *stream, int *capturing);
+    /* -- appended for graph capture elsewhere; NULL: nothing to do. -- */
+    /* Lets the calling thread (the progress thread, which only ever runs
+     * the library's own work) keep querying events and allocating while
+     * another thread captures a graph: CUDA forbids those calls in every
+     * thread during a capture in the global mode unless the thread says
+     * it is relaxed. For this thread, from now on; idempotent. */
+    void (*relax_capture)(void);
 } rcci_devapi_t;
 
 /* Size of an ipc_alloc handle (CUDA's cudaIpcMemHandle_t is 64 bytes). */

@@ -915,6 +915,11 @@ rcc_result_t rcci_stream_exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_e
     rcc_result_t res = streams_get(comm, &x->s);
     if (res == RCC_SUCCESS) /* this (progress) thread's CUDA calls go to that device */
         res = x->s->dev->use_device(x->s->device);
+    /* Its event queries and allocations go on while the application
+     * captures a graph on another thread (PyTorch captures in the global
+     * mode, which forbids them otherwise). */
+    if (res == RCC_SUCCESS && x->s->dev->relax_capture)
+        x->s->dev->relax_capture();
     return res;
 }
 

@@ -26,20 +26,46 @@ static address_range_fn address_range; /* cuMemGetAddressRange: ipc_export */
 static range_handle_fn range_handle;   /* cuMemGetHandleForAddressRange: dmabuf_export */
 static char driver_why[160];
 
+/* Why a driver entry point was not found: the call's error, or what the
+ * lookup itself said. */
+static void driver_found_how(cudaError_t e, enum cudaDriverEntryPointQueryResult found, char *how,
+                             size_t size)
+{
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(how, size, "%s", cudaGetErrorString(e));
+    } else {
+        snprintf(how, size, "%s",
+                 found == cudaDriverEntryPointVersionNotSufficent
+                     ? "the driver is older than CUDA 12"
+                     : "the driver does not have it");
+    }
+}
+
 static void driver_lookup(void)
 {
     enum cudaDriverEntryPointQueryResult found;
     void *fn = NULL;
+    const char *missing = NULL; /* the first lookup that failed, and how */
+    char how[96] = "";
     /* 12000: the signature as of CUDA 12 (the _v2 entry points). */
     cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000,
                                                      cudaEnableDefault, &found);
     if (e == cudaSuccess && found == cudaDriverEntryPointSuccess)
         write_value32 = (stream_value_fn)fn;
+    else {
+        missing = "cuStreamWriteValue32";
+        driver_found_how(e, found, how, sizeof how);
+    }
     fn = NULL;
     e = cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault,
                                          &found);
     if (e == cudaSuccess && found == cudaDriverEntryPointSuccess)
         wait_value32 = (stream_value_fn)fn;
+    else if (!missing) {
+        missing = "cuStreamWaitValue32";
+        driver_found_how(e, found, how, sizeof how);
+    }
     void *range = NULL;
     if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &range, 12000, cudaEnableDefault,
                                         &found) == cudaSuccess &&
@@ -51,10 +77,8 @@ static void driver_lookup(void)
                                          cudaEnableDefault, &found) == cudaSuccess &&
         found == cudaDriverEntryPointSuccess)
         range_handle = (range_handle_fn)handle;
-    if (!write_value32 || !wait_value32)
-        snprintf(driver_why, sizeof driver_why,
-                 "the driver has no cuStreamWriteValue32/cuStreamWaitValue32 (%s)",
-                 cudaGetErrorString(e));
+    if (missing)
+        snprintf(driver_why, sizeof driver_why, "the driver has no usable %s (%s)", missing, how);
 }
 
 static rcc_result_t cuda_fail(cudaError_t e, const char *what)
@@ -283,8 +307,10 @@ static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int host, void *handl
         if (res == RCC_SUCCESS && (res = ipc_host_register(*p, (size_t)h.bytes)) == RCC_SUCCESS &&
             (res = ipc_host_add(*p, 1, &h.u.shm)) != RCC_SUCCESS)
             cudaHostUnregister(*p);
-        if (res != RCC_SUCCESS && *p)
+        if (res != RCC_SUCCESS && *p) {
             rcci_ipcmem_free(*p, &h.u.shm);
+            *p = NULL; /* the caller frees what it got */
+        }
     } else {
         /* cudaMalloc, not the stream-ordered pool: only its memory exports. */
         cudaError_t e = cudaMalloc(p, (size_t)h.bytes);
@@ -294,8 +320,10 @@ static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int host, void *handl
         if (e == cudaSuccess)
             e = cudaIpcGetMemHandle(&h.u.cuda, *p);
         res = e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaIpcGetMemHandle");
-        if (res != RCC_SUCCESS)
+        if (res != RCC_SUCCESS) {
             cudaFree(*p);
+            *p = NULL;
+        }
     }
     if (res == RCC_SUCCESS) {
         memset(handle, 0, RCCI_IPC_HANDLE_BYTES);
@@ -381,11 +409,28 @@ static rcc_result_t cuda_ipc_open(const void *handle, void **p)
 }
 
 /* The allocation that holds p: its base and size. */
+/* The driver's calls (looked up, not linked) act on the thread's current
+ * context, which the runtime makes current only in its own calls: a thread
+ * that has made none (a caller's, the progress thread) would get
+ * CUDA_ERROR_INVALID_CONTEXT. Setting the current device makes its primary
+ * context current (CUDA 12 on). */
+static rcc_result_t driver_context(void)
+{
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess)
+        e = cudaSetDevice(device);
+    return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaSetDevice (for a driver call)");
+}
+
 static rcc_result_t cuda_allocation(const void *p, CUdeviceptr *base, size_t *size)
 {
     pthread_once(&driver_once, driver_lookup);
     if (!address_range)
         return rcci_error(RCC_ERR_UNSUPPORTED, "the driver has no cuMemGetAddressRange");
+    rcc_result_t res = driver_context();
+    if (res != RCC_SUCCESS)
+        return res;
     *base = 0, *size = 0;
     CUresult r = address_range(base, size, (CUdeviceptr)(uintptr_t)p);
     if (r != CUDA_SUCCESS)
@@ -440,6 +485,9 @@ static rcc_result_t cuda_dmabuf_export(const void *p, size_t bytes, int *fd, uin
     if (!range_handle)
         return rcci_error(RCC_ERR_UNSUPPORTED,
                           "the driver has no cuMemGetHandleForAddressRange (CUDA 11.7+)");
+    rcc_result_t res = driver_context();
+    if (res != RCC_SUCCESS)
+        return res;
     int out = -1;
     CUresult r = range_handle(&out, (CUdeviceptr)(uintptr_t)p, bytes,
                               CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
@@ -477,6 +525,12 @@ static rcc_result_t cuda_stream_capturing(void *stream, int *capturing)
     return RCC_SUCCESS;
 }
 
+static void cuda_relax_capture(void)
+{
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    (void)cudaThreadExchangeStreamCaptureMode(&mode); /* the old mode is not restored */
+}
+
 const rcci_devapi_t rcci_devapi_cuda = {
     .name = "cuda",
     .device_count = rcci_cuda_device_count,
@@ -510,4 +564,5 @@ const rcci_devapi_t rcci_devapi_cuda = {
     .copy2_at = rcci_cuda_copy2_at,
     .reduce_copy_at = rcci_cuda_reduce_copy_at,
     .stream_capturing = cuda_stream_capturing,
+    .relax_capture = cuda_relax_capture,
 };

@@ -52,6 +52,9 @@ static int one_case(rcc_comm_t comm, cudaStream_t st, int rank, int n, int kind,
     CU(cudaMalloc((void **)&dout, out_elems * es));
     CU(cudaMemcpy(din, in, in_elems * es, cudaMemcpyHostToDevice));
     CU(cudaMemset(dout, TD_UNWRITTEN, out_elems * es));
+    /* Both ran on the legacy stream, which `st` (non-blocking) does not
+     * wait for: a memset may still be running when it returns. */
+    CU(cudaDeviceSynchronize());
     rcc_result_t res = kind == 0   ? rcc_allreduce_stream(din, dout, count, dt, op, comm, st)
                        : kind == 1 ? rcc_reduce_scatter_stream(din, dout, count, dt, op, comm, st)
                                    : rcc_allgather_stream(din, dout, count, dt, comm, st);
@@ -124,6 +127,7 @@ static int rank_death(int rank, int n, void *arg)
     float *d;
     CU(cudaMalloc((void **)&d, count * sizeof *d));
     CU(cudaMemset(d, 0, count * sizeof *d));
+    CU(cudaDeviceSynchronize()); /* the legacy stream; `st` does not wait for it */
     rcc_result_t res = rcc_allreduce_stream(d, d, 1000, RCC_FLOAT32, RCC_SUM, comm, st);
     CU(cudaStreamSynchronize(st));
     if (res != RCC_SUCCESS)
