@@ -170,11 +170,25 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
             s->device = comm->cuda_device >= 0 ? comm->cuda_device : s->dev->current_device();
             pthread_mutex_init(&s->cache_lock, NULL);
             pthread_mutex_init(&s->submit_lock, NULL);
+            /* On the communicator's device, whichever is current on the
+             * thread that makes the first call: the library's stream, its
+             * flags and its kernels belong there. */
+            int caller = s->dev->current_device();
+            if (caller != s->device)
+                res = s->dev->use_device(s->device);
             void *flags = NULL;
-            res = s->dev->host_alloc(&flags, 2 * STREAM_MARKS * sizeof(uint32_t));
+            if (res == RCC_SUCCESS)
+                res = s->dev->host_alloc(&flags, 2 * STREAM_MARKS * sizeof(uint32_t));
             s->flags = flags;
             if (res == RCC_SUCCESS)
                 res = s->dev->stream_create(&s->copy_stream);
+            if (caller != s->device && caller >= 0) {
+                char text[RCCI_ERR_TEXT_BYTES], cause[RCCI_ERR_TEXT_BYTES];
+                snprintf(text, sizeof text, "%s", rcci_tls_error());
+                snprintf(cause, sizeof cause, "%s", rcci_tls_cause());
+                s->dev->use_device(caller); /* current a moment ago: cannot fail */
+                rcci_tls_error_restore(text, cause);
+            }
             if (res != RCC_SUCCESS) {
                 if (flags)
                     s->dev->host_free(flags);
@@ -545,6 +559,7 @@ typedef struct {
     uint32_t ticket;
     rcci_op_t *op; /* a reference: whether it was launched */
     stage_t *stage;
+    int device; /* the communicator's: its stream's and events' */
 } group_wait_t;
 
 static _Thread_local group_wait_t *group_waits;
@@ -566,9 +581,17 @@ static rcc_result_t group_wait_add(const group_wait_t *w)
 
 void rcci_stream_group_end(void)
 {
+    /* A group may span communicators on several devices (one thread
+     * driving them all): each entry's calls on its own, the caller's
+     * device current again at the end. */
+    int mine = group_nwaits ? group_waits[0].dev->current_device() : -1, current = mine;
     for (int i = 0; i < group_nwaits; i++) {
         group_wait_t *w = &group_waits[i];
-        rcc_result_t res = w->dev->wait_flag(w->stream, w->done, w->ticket);
+        rcc_result_t res = RCC_SUCCESS;
+        if (w->device != current && (res = w->dev->use_device(w->device)) == RCC_SUCCESS)
+            current = w->device;
+        if (res == RCC_SUCCESS)
+            res = w->dev->wait_flag(w->stream, w->done, w->ticket);
         /* One that was never launched, or failed at launch, leaves its
          * outputs as they are. */
         int copy_out = atomic_load(&w->op->launched) &&
@@ -582,6 +605,8 @@ void rcci_stream_group_end(void)
                      rcci_tls_error());
         rcci_op_release(w->op);
     }
+    if (current != mine && mine >= 0)
+        group_waits[0].dev->use_device(mine);
     free(group_waits);
     group_waits = NULL;
     group_nwaits = group_cap = 0;
@@ -730,19 +755,24 @@ static rcc_result_t stream_submit(struct rcc_comm *comm, struct rcci_streams *s,
 
 rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stream)
 {
-    struct rcci_streams *s;
-    rcc_result_t res = streams_get(comm, &s);
-    if (res != RCC_SUCCESS) {
-        rcci_op_release(op);
-        return res;
-    }
+    /* Refused before anything is made: a first call's allocations and
+     * stream would otherwise land in the capture. */
+    const rcci_devapi_t *dev = rcci_devapi();
     int capturing = 0;
-    if (s->dev->stream_capturing &&
-        (res = s->dev->stream_capturing(stream, &capturing)) == RCC_SUCCESS && capturing)
+    rcc_result_t res = RCC_SUCCESS;
+    if (dev->stream_capturing && (res = dev->stream_capturing(stream, &capturing)) == RCC_SUCCESS &&
+        capturing)
         res = rcci_error(RCC_ERR_UNSUPPORTED,
                          "the stream is capturing a CUDA graph: ringcc's stream operations cannot "
                          "be captured (each call's flags carry its own ticket); call it outside "
                          "the capture");
+    struct rcci_streams *s = NULL;
+    if (res == RCC_SUCCESS)
+        res = streams_get(comm, &s);
+    if (res != RCC_SUCCESS) {
+        rcci_op_release(op);
+        return res;
+    }
     /* The caller's thread may have another device current: the
      * communicator's own for the call (its streams, events and kernels),
      * the caller's again after. */
@@ -843,7 +873,7 @@ static rcc_result_t stream_submit(struct rcc_comm *comm, struct rcci_streams *s,
     if (res == RCC_SUCCESS && queued)
         res = stream_queue_device(comm, s, op);
     if (res == RCC_SUCCESS && rcci_group_active()) {
-        group_wait_t w = {s->dev, stream, done, ticket, op, stage};
+        group_wait_t w = {s->dev, stream, done, ticket, op, stage, s->device};
         res = group_wait_add(&w);
         if (res == RCC_SUCCESS) {
             stage = NULL; /* the group's end copies back */
