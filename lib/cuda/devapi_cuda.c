@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda/reduce_cuda.h"
 #include "devapi.h"
@@ -239,6 +240,8 @@ static rcc_result_t cuda_wait_flag(void *stream, volatile uint32_t *flag, uint32
 typedef struct {
     uint32_t host;
     int32_t device; /* the exporter's */
+    int32_t pid;    /* the exporter's: device memory dies with it */
+    uint32_t reserved;
     uint64_t bytes;
     union {
         cudaIpcMemHandle_t cuda;
@@ -300,6 +303,7 @@ static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int host, void *handl
     *p = NULL;
     h.host = (uint32_t)host;
     h.device = cuda_current_device();
+    h.pid = (int32_t)getpid();
     h.bytes = bytes ? bytes : 1;
     rcc_result_t res;
     if (host) {
@@ -402,13 +406,17 @@ static rcc_result_t cuda_ipc_open(const void *handle, void **p)
     if (e == cudaSuccess)
         return RCC_SUCCESS;
     (void)cudaGetLastError();
+    if (h.pid > 0 && !rcci_process_running(h.pid))
+        return rcci_error(RCC_ERR_PEER_LOST,
+                          "cannot map a peer's device memory: its process (pid %d) has exited "
+                          "(cudaIpcOpenMemHandle: %s)",
+                          (int)h.pid, cudaGetErrorString(e));
     return rcci_error(RCC_ERR_UNSUPPORTED,
                       "device %d cannot map a peer's memory (its device %d there): "
                       "cudaIpcOpenMemHandle: %s (no peer access, or the same process)",
                       cuda_current_device(), (int)h.device, cudaGetErrorString(e));
 }
 
-/* The allocation that holds p: its base and size. */
 /* The driver's calls (looked up, not linked) act on the thread's current
  * context, which the runtime makes current only in its own calls: a thread
  * that has made none (a caller's, the progress thread) would get
@@ -423,6 +431,7 @@ static rcc_result_t driver_context(void)
     return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaSetDevice (for a driver call)");
 }
 
+/* The allocation that holds p: its base and size. */
 static rcc_result_t cuda_allocation(const void *p, CUdeviceptr *base, size_t *size)
 {
     pthread_once(&driver_once, driver_lookup);
@@ -451,6 +460,7 @@ static rcc_result_t cuda_ipc_export(const void *p, void *handle, size_t *offset)
     memset(&h, 0, sizeof h);
     h.host = 0;
     h.device = cuda_current_device();
+    h.pid = (int32_t)getpid();
     h.bytes = size;
     cudaError_t e = cudaIpcGetMemHandle(&h.u.cuda, (void *)(uintptr_t)base);
     if (e != cudaSuccess) {
