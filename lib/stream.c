@@ -155,6 +155,17 @@ struct rcci_streams {
     int npend, pend_cap;
 };
 
+/* Makes `device` current again on this thread (it was a moment ago, so it
+ * cannot fail), keeping the thread's error text for the caller. */
+static void device_back(const rcci_devapi_t *dev, int device)
+{
+    char text[RCCI_ERR_TEXT_BYTES], cause[RCCI_ERR_TEXT_BYTES];
+    snprintf(text, sizeof text, "%s", rcci_tls_error());
+    snprintf(cause, sizeof cause, "%s", rcci_tls_cause());
+    dev->use_device(device);
+    rcci_tls_error_restore(text, cause);
+}
+
 static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out)
 {
     pthread_mutex_lock(&comm->lock);
@@ -182,13 +193,8 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
             s->flags = flags;
             if (res == RCC_SUCCESS)
                 res = s->dev->stream_create(&s->copy_stream);
-            if (caller != s->device && caller >= 0) {
-                char text[RCCI_ERR_TEXT_BYTES], cause[RCCI_ERR_TEXT_BYTES];
-                snprintf(text, sizeof text, "%s", rcci_tls_error());
-                snprintf(cause, sizeof cause, "%s", rcci_tls_cause());
-                s->dev->use_device(caller); /* current a moment ago: cannot fail */
-                rcci_tls_error_restore(text, cause);
-            }
+            if (caller != s->device && caller >= 0)
+                device_back(s->dev, caller);
             if (res != RCC_SUCCESS) {
                 if (flags)
                     s->dev->host_free(flags);
@@ -606,7 +612,7 @@ void rcci_stream_group_end(void)
         rcci_op_release(w->op);
     }
     if (current != mine && mine >= 0)
-        group_waits[0].dev->use_device(mine);
+        device_back(group_waits[0].dev, mine);
     free(group_waits);
     group_waits = NULL;
     group_nwaits = group_cap = 0;
@@ -786,13 +792,8 @@ rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stre
     pthread_mutex_lock(&s->submit_lock);
     res = stream_submit(comm, s, op, stream);
     pthread_mutex_unlock(&s->submit_lock);
-    if (mine != s->device && mine >= 0) {
-        char text[RCCI_ERR_TEXT_BYTES], cause[RCCI_ERR_TEXT_BYTES];
-        snprintf(text, sizeof text, "%s", rcci_tls_error());
-        snprintf(cause, sizeof cause, "%s", rcci_tls_cause());
-        s->dev->use_device(mine); /* cannot fail where it was current a moment ago */
-        rcci_tls_error_restore(text, cause);
-    }
+    if (mine != s->device && mine >= 0)
+        device_back(s->dev, mine);
     return res;
 }
 
