@@ -362,14 +362,16 @@ static rcc_result_t staging_take(struct rcci_streams *s, size_t bytes, void **bu
 }
 
 /* Back to the cache (freed with the communicator, see STAGING_MIN_BYTES).
- * Only where the cache cannot grow (no memory) does the buffer go now. */
+ * Where the cache cannot grow (no memory) the buffer is leaked, not freed:
+ * this may be the progress thread, and cudaFreeHost waits for the device,
+ * where a stream may wait for a flag that only this thread stores. */
 static void staging_give(struct rcci_streams *s, void *buf, size_t bytes)
 {
     pthread_mutex_lock(&s->cache_lock);
     int kept = staging_keep(s, buf, bytes);
     pthread_mutex_unlock(&s->cache_lock);
     if (!kept)
-        staging_free(s, buf);
+        RCC_WARN("out of memory: a staging buffer of %zu bytes stays allocated", bytes);
 }
 
 /* ---- staging on the caller's stream ---------------------------------------- */
@@ -1056,6 +1058,13 @@ void rcci_stream_exec_finish(struct rcc_comm *comm, rcci_exec_t *x)
         return;
     if (x->inner)
         rcci_exec_host_finish(comm, x->op, x->inner);
+    /* Ended early (a failure): copies into and out of the pinned slots may
+     * still be queued on the library's stream, so they go back only behind
+     * it, not to the cache at the release. At PH_DONE its work has run. */
+    if (x->pipelined && x->phase != PH_DONE && x->op->mark.pin) {
+        staging_pend(x->s, x->op->mark.pin, x->op->mark.pin_bytes, x->s->copy_stream);
+        x->op->mark.pin = NULL;
+    }
     if (x->dscratch)
         x->s->dev->dev_free(x->dscratch, x->s->copy_stream);
     if (x->dslots)
