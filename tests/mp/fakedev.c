@@ -202,7 +202,12 @@ typedef struct fake_stream {
     int stop;
     unsigned seed;
     struct fake_stream *queue; /* FAKEDEV_QUEUES: the hardware queue it shares; else NULL */
+    struct fake_stream *next_queue; /* the process's queues (device_sync) */
 } fake_stream_t;
+
+/* Every queue of this process (a stream with its own, or a shared one). */
+static pthread_mutex_t queues_lock = PTHREAD_MUTEX_INITIALIZER;
+static fake_stream_t *queues_all;
 
 typedef struct {
     atomic_uint_fast64_t done; /* the last record that has run */
@@ -345,6 +350,10 @@ static fake_stream_t *stream_new(void)
     s->seed = (unsigned)(uintptr_t)s ^ (unsigned)time(NULL);
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0)
         abort();
+    pthread_mutex_lock(&queues_lock);
+    s->next_queue = queues_all;
+    queues_all = s;
+    pthread_mutex_unlock(&queues_lock);
     return s;
 }
 
@@ -357,6 +366,13 @@ void fakedev_stream_destroy(void *stream)
         free(s);
         return;
     }
+    pthread_mutex_lock(&queues_lock);
+    for (fake_stream_t **q = &queues_all; *q; q = &(*q)->next_queue)
+        if (*q == s) {
+            *q = s->next_queue;
+            break;
+        }
+    pthread_mutex_unlock(&queues_lock);
     pthread_mutex_lock(&s->lock);
     s->stop = 1;
     pthread_cond_broadcast(&s->cond);
@@ -388,6 +404,38 @@ int fakedev_stream_sync(void *stream, double timeout_s)
     return rc;
 }
 
+/* CUDA's cudaFree, cudaFreeHost and cudaHostUnregister wait for all the
+ * work queued on the device so far (an implicit synchronisation), also
+ * for a cuStreamWaitValue32 whose flag nobody has stored yet: called from
+ * the thread that would store it, they never return. Modelled: the same
+ * wait for every queue of this process; past FAKEDEV_SYNC_S seconds
+ * (default 10) it aborts the process, saying what would have hung. */
+static void device_sync(const char *what)
+{
+    const char *env = getenv("FAKEDEV_SYNC_S");
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += env ? atol(env) : 10;
+    pthread_mutex_lock(&queues_lock);
+    for (fake_stream_t *s = queues_all; s; s = s->next_queue) {
+        pthread_mutex_lock(&s->lock);
+        uint64_t target = s->queued;
+        int rc = 0;
+        while (s->ran < target && rc == 0)
+            rc = pthread_cond_timedwait(&s->cond, &s->lock, &deadline);
+        pthread_mutex_unlock(&s->lock);
+        if (rc != 0) {
+            fprintf(stderr,
+                    "fakedev: %s waits for the whole device, and a stream still had work "
+                    "queued (a flag wait?) after the wait's limit: on a GPU this call would "
+                    "never return\n",
+                    what);
+            abort();
+        }
+    }
+    pthread_mutex_unlock(&queues_lock);
+}
+
 /* ---- the table ------------------------------------------------------------ */
 
 static int fake_device_count(char *why, size_t size)
@@ -409,7 +457,12 @@ static rcc_result_t fake_host_alloc(void **p, size_t bytes)
     return *p ? RCC_SUCCESS : rcci_error(RCC_ERR_NO_MEMORY, "fake pinned memory");
 }
 
-static void fake_host_free(void *p) { free(p); }
+static void fake_host_free(void *p)
+{
+    if (p)
+        device_sync("freeing pinned memory (cudaFreeHost)");
+    free(p);
+}
 
 /* Stream order does not matter here: the memory exists at once and is
  * freed when the stream reaches the free (as cudaFreeAsync: the caller
@@ -622,6 +675,15 @@ static void fake_ipc_release(void *p)
         rcci_ipcmem_close(p, bytes);
 }
 
+/* Exported memory goes with cudaFree (device) or cudaHostUnregister
+ * (host pages): both wait for the device. */
+static void fake_ipc_free(void *p)
+{
+    if (p)
+        device_sync("freeing exported memory (cudaFree, cudaHostUnregister)");
+    fake_ipc_release(p);
+}
+
 static rcc_result_t fake_ipc_export(const void *p, void *handle, size_t *offset)
 {
     pthread_mutex_lock(&mem_lock);
@@ -685,7 +747,7 @@ static const rcci_devapi_t fake_api = {
     .wait_flag = fake_wait_flag,
     .reduce_copy = fake_reduce_copy,
     .ipc_alloc = fake_ipc_alloc,
-    .ipc_free = fake_ipc_release,
+    .ipc_free = fake_ipc_free,
     .ipc_open = fake_ipc_open,
     .ipc_close = fake_ipc_release,
     .copy2 = fake_copy2,

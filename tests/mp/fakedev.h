@@ -12,7 +12,10 @@
  * does under CUDA_DEVICE_MAX_CONNECTIONS=N (a blocked wait blocks all work
  * queued after it on that queue). FAKEDEV_WAIT_LATE_US=N: what follows
  * each satisfied wait runs N microseconds late (below a second), as on a
- * GPU busy with other work.
+ * GPU busy with other work. Freeing exported or pinned memory waits for
+ * every stream of the process, as CUDA's cudaFree and cudaFreeHost do, and
+ * aborts the process with the reason where that would hang on a GPU (after
+ * FAKEDEV_SYNC_S seconds, default 10).
  */
 #ifndef RINGCC_TEST_FAKEDEV_H
 #define RINGCC_TEST_FAKEDEV_H

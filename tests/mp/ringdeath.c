@@ -31,6 +31,12 @@ static int ringdeath_rank(int rank, int n, void *arg)
     if (res != RCC_SUCCESS || fakedev_stream_sync(stream, 30))
         MP_FAIL("rank %d: the first allreduce: %s", rank, rcc_last_error(comm));
     res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
+    /* A second one queued behind it: the failure must end it too, and
+     * its stream's wait with it (the progress thread stores its `done`
+     * after the failure's clean-up, which must not wait for the device:
+     * fakedev.h). */
+    if (res == RCC_SUCCESS)
+        res = rcc_allreduce_stream(d, d, count / 2, RCC_FLOAT32, RCC_SUM, comm, stream);
     if (rank == n - 1) {
         usleep(20000);
         kill(getpid(), SIGKILL);

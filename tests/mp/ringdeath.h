@@ -8,9 +8,9 @@
 
 /* Runs `nranks` ranks on the stand-in GPU whose device ring must be over
  * `transport`; the last dies (SIGKILL) in the middle of a large allreduce
- * with every slot in use. The others must fail with RCC_ERR_PEER_LOST
- * naming it, within the timeout, and their streams go on. 0 when they did
- * (and the last rank died of its kill). */
+ * with every slot in use and another queued behind it. The others must
+ * fail with RCC_ERR_PEER_LOST naming it, within the timeout, and their
+ * streams go on. 0 when they did (and the last rank died of its kill). */
 int ringdeath_run(int nranks, const char *transport);
 
 #endif /* RINGCC_TEST_RINGDEATH_H */

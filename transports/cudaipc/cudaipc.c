@@ -152,6 +152,9 @@ static rcc_result_t cipc_init(const rcci_transport_env_t *env, void **tctx)
         return rcci_error(RCC_ERR_UNSUPPORTED, "the device table `%s` has no IPC", dev->name);
     if (dev->device_count(why, sizeof why) <= 0)
         return rcci_error(RCC_ERR_UNSUPPORTED, "no usable CUDA device (%s)", why);
+    /* Memory earlier communicators retired whose peers have unmapped it
+     * since: freed here, on the application's thread (retired.h). */
+    rcci_cipc_reap(NULL, 0);
     cipc_ctx_t *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return rcci_error(RCC_ERR_NO_MEMORY, "cudaipc context");

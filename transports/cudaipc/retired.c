@@ -93,9 +93,7 @@ void rcci_cipc_retire(const rcci_devapi_t *dev, int device, const void *owner, v
     pthread_mutex_lock(&retired_lock);
     r->next = retired_list;
     retired_list = r;
-    retired_t *go = retired_take_freeable();
     pthread_mutex_unlock(&retired_lock);
-    retired_free_all(go);
 }
 
 int rcci_cipc_reap(const void *owner, int64_t deadline_ns)

@@ -12,6 +12,13 @@
  * page when it closes) or once the peer's process is gone (the driver
  * unmaps a dead process's mappings), never before.
  *
+ * Retiring never frees, even memory the peer has unmapped already: the
+ * progress thread retires a failed ring's connections, and cudaFree and
+ * cudaHostUnregister wait for the whole device, where a stream may be
+ * parked on a flag that only that thread stores (tests/mp/fakedev.c
+ * models the wait). The frees run in rcci_cipc_reap, which the transport
+ * calls from the application's thread (communicator creation and end).
+ *
  * One list for the process, under its own lock: the memory can outlive
  * the communicator that made it. Plain C over the device table.
  */
@@ -26,12 +33,13 @@
 /* Hands over a closed connection's receive slots and page (either may be
  * NULL), exported to the process `peer_pid` (<= 0: unknown, then only its
  * `unmapped` word frees them). `owner` is the transport context, for
- * rcci_cipc_reap. Frees them at once when the peer has unmapped already. */
+ * rcci_cipc_reap. Any thread; makes no GPU call. */
 void rcci_cipc_retire(const rcci_devapi_t *dev, int device, const void *owner, void *slots,
                       rcci_cipc_page_t *page, int32_t peer_pid);
 /* Frees the retired memory that may go now; for `owner` (non-NULL), waits
  * for its own until `deadline_ns` and then leaves what is left to later
- * calls. Returns how many of owner's are left. */
+ * calls. Returns how many of owner's are left. Not from the progress
+ * thread: the frees wait for the device. */
 int rcci_cipc_reap(const void *owner, int64_t deadline_ns);
 
 #endif /* RINGCC_CIPC_RETIRED_H */
