@@ -57,8 +57,10 @@ static int allocs_add(char *p, size_t bytes, int ipc, int device,
     int i = 0;
     while (i < FAKE_MAX_ALLOCS && allocs[i].p)
         i++;
-    if (i == FAKE_MAX_ALLOCS)
+    if (i == FAKE_MAX_ALLOCS) {
+        fprintf(stderr, "fakedev: more than %d allocations at once\n", FAKE_MAX_ALLOCS);
         abort();
+    }
     allocs[i].p = p, allocs[i].bytes = bytes, allocs[i].ipc = ipc, allocs[i].device = device;
     allocs[i].users = NULL, allocs[i].user_slot = -1;
     if (handle)
@@ -167,6 +169,56 @@ static int mem_kind(const void *p)
 }
 
 static int fake_is_device(const void *p) { return mem_kind(p) >= 0; }
+
+/* Pinned host memory (host_alloc), under mem_lock: a group of thousands
+ * of operations holds as many staging buffers. */
+typedef struct {
+    char *p;
+    size_t bytes;
+} pinned_t;
+static pinned_t *pinned;
+static size_t npinned, pinned_cap;
+
+static void pinned_add(char *p, size_t bytes)
+{
+    pthread_mutex_lock(&mem_lock);
+    if (npinned == pinned_cap) {
+        pinned_cap = pinned_cap ? 2 * pinned_cap : 64;
+        pinned = realloc(pinned, pinned_cap * sizeof *pinned);
+        if (!pinned)
+            abort();
+    }
+    pinned[npinned++] = (pinned_t){p, bytes};
+    pthread_mutex_unlock(&mem_lock);
+}
+
+static void pinned_remove(const char *p)
+{
+    pthread_mutex_lock(&mem_lock);
+    for (size_t i = 0; i < npinned; i++)
+        if (pinned[i].p == p) {
+            pinned[i] = pinned[--npinned];
+            break;
+        }
+    pthread_mutex_unlock(&mem_lock);
+}
+
+/* Whether the device can reach p: memory this module handed out (device,
+ * exported or pinned), not a plain malloc's (pageable). NULL passes. */
+static int mem_reachable(const void *p)
+{
+    if (!p)
+        return 1;
+    const char *c = p;
+    int found = 0;
+    pthread_mutex_lock(&mem_lock);
+    for (int i = 0; i < FAKE_MAX_ALLOCS && !found; i++)
+        found = allocs[i].p && c >= allocs[i].p && c < allocs[i].p + allocs[i].bytes;
+    for (size_t i = 0; i < npinned && !found; i++)
+        found = c >= pinned[i].p && c < pinned[i].p + pinned[i].bytes;
+    pthread_mutex_unlock(&mem_lock);
+    return found;
+}
 
 /* ---- streams: a thread each, running its queue in order ------------------- */
 
@@ -454,14 +506,48 @@ static rcc_result_t fake_use_device(int device)
 static rcc_result_t fake_host_alloc(void **p, size_t bytes)
 {
     *p = calloc(1, bytes ? bytes : 1);
-    return *p ? RCC_SUCCESS : rcci_error(RCC_ERR_NO_MEMORY, "fake pinned memory");
+    if (!*p)
+        return rcci_error(RCC_ERR_NO_MEMORY, "fake pinned memory");
+    pinned_add(*p, bytes ? bytes : 1);
+    return RCC_SUCCESS;
 }
 
 static void fake_host_free(void *p)
 {
-    if (p)
-        device_sync("freeing pinned memory (cudaFreeHost)");
+    if (!p)
+        return;
+    device_sync("freeing pinned memory (cudaFreeHost)");
+    pinned_remove(p);
     free(p);
+}
+
+/* GPU work (a kernel, a stream memory operation) on memory the device
+ * cannot reach: a fault on a GPU. Aborts, naming it. */
+static void reach_check(const char *what, const void *p)
+{
+    if (mem_reachable(p))
+        return;
+    fprintf(stderr, "fakedev: %s on %p, pageable host memory the GPU cannot reach\n", what, p);
+    abort();
+}
+
+/* cudaMemcpyAsync with pageable host memory on one side is synchronous:
+ * it waits for the stream's earlier work and returns when the copy is done
+ * (so, from the thread that stores a flag the stream waits for, it never
+ * returns). Modelled after queuing it; aborts past FAKEDEV_SYNC_S. */
+static void pageable_copy_wait(void *stream, const void *dst, const void *src)
+{
+    if (mem_reachable(dst) && mem_reachable(src))
+        return;
+    const char *env = getenv("FAKEDEV_SYNC_S");
+    if (fakedev_stream_sync(stream, env ? atof(env) : 10) != 0) {
+        fprintf(stderr,
+                "fakedev: a copy with pageable host memory (%p <- %p) waits for its stream, "
+                "which did not get there within the wait's limit: on a GPU this call would "
+                "never return\n",
+                dst, src);
+        abort();
+    }
 }
 
 /* Stream order does not matter here: the memory exists at once and is
@@ -504,6 +590,7 @@ static rcc_result_t fake_copy(void *dst, const void *src, size_t n, void *stream
         return rcci_error(RCC_ERR_CUDA, "fakedev: copy refused (FAKEDEV_COPY_FAILS_AFTER=%s)",
                           fails);
     stream_push(stream, (item_t){.kind = ITEM_COPY, .dst = dst, .src = src, .n = n});
+    pageable_copy_wait(stream, dst, src);
     return RCC_SUCCESS;
 }
 
@@ -520,6 +607,11 @@ static rcc_result_t fake_reduce_copy_at(void *dst, void *dst2, void *const *at, 
                                         rcc_datatype_t dtype, rcc_redop_t op, int divisor,
                                         void *stream)
 {
+    reach_check("a reduction kernel", dst);
+    reach_check("a reduction kernel", dst2);
+    reach_check("a reduction kernel", at);
+    reach_check("a reduction kernel", a);
+    reach_check("a reduction kernel", b);
     if (dst2)
         atomic_fetch_add(&reduce_copies, 1);
     if ((dst2 && mem_kind(dst2) == 2) || mem_kind(dst) == 2)
@@ -557,6 +649,10 @@ static rcc_result_t fake_reduce(void *dst, const void *a, const void *b, size_t 
 static rcc_result_t fake_copy2_at(void *dst, void *dst2, void *const *at, size_t off,
                                   const void *src, size_t n, void *stream)
 {
+    reach_check("a copy kernel", dst);
+    reach_check("a copy kernel", dst2);
+    reach_check("a copy kernel", at);
+    reach_check("a copy kernel", src);
     if (mem_kind(dst2) == 2)
         atomic_fetch_add(&fused_sends, 1);
     stream_push(stream, (item_t){.kind = ITEM_COPY,
@@ -594,12 +690,14 @@ static rcc_result_t fake_event_query(void *event, int *done)
 
 static rcc_result_t fake_write_flag(void *stream, volatile uint32_t *flag, uint32_t value)
 {
+    reach_check("a stream write (cuStreamWriteValue32)", (const void *)flag);
     stream_push(stream, (item_t){.kind = ITEM_WRITE, .flag = flag, .value = value});
     return RCC_SUCCESS;
 }
 
 static rcc_result_t fake_wait_flag(void *stream, volatile uint32_t *flag, uint32_t value)
 {
+    reach_check("a stream wait (cuStreamWaitValue32)", (const void *)flag);
     stream_push(stream, (item_t){.kind = ITEM_WAIT, .flag = flag, .value = value});
     return RCC_SUCCESS;
 }

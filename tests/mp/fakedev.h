@@ -15,7 +15,9 @@
  * GPU busy with other work. Freeing exported or pinned memory waits for
  * every stream of the process, as CUDA's cudaFree and cudaFreeHost do, and
  * aborts the process with the reason where that would hang on a GPU (after
- * FAKEDEV_SYNC_S seconds, default 10).
+ * FAKEDEV_SYNC_S seconds, default 10); so does a copy with pageable host
+ * memory on one side (cudaMemcpyAsync is synchronous then). A kernel or a
+ * stream memory operation on pageable memory (not this module's) aborts.
  */
 #ifndef RINGCC_TEST_FAKEDEV_H
 #define RINGCC_TEST_FAKEDEV_H
