@@ -782,6 +782,15 @@ static void fake_ipc_free(void *p)
     fake_ipc_release(p);
 }
 
+/* FAKEDEV_IPC_CLOSE_SYNCS=1: as if cudaIpcCloseMemHandle waited for the
+ * device, which CUDA leaves unsaid; shows which paths would then hang. */
+static void fake_ipc_close(void *p)
+{
+    if (p && getenv("FAKEDEV_IPC_CLOSE_SYNCS"))
+        device_sync("closing a peer's memory (cudaIpcCloseMemHandle)");
+    fake_ipc_release(p);
+}
+
 static rcc_result_t fake_ipc_export(const void *p, void *handle, size_t *offset)
 {
     pthread_mutex_lock(&mem_lock);
@@ -847,7 +856,7 @@ static const rcci_devapi_t fake_api = {
     .ipc_alloc = fake_ipc_alloc,
     .ipc_free = fake_ipc_free,
     .ipc_open = fake_ipc_open,
-    .ipc_close = fake_ipc_release,
+    .ipc_close = fake_ipc_close,
     .copy2 = fake_copy2,
     .ipc_export = fake_ipc_export,
     .ipc_size = fake_ipc_size,

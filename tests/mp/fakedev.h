@@ -18,6 +18,8 @@
  * FAKEDEV_SYNC_S seconds, default 10); so does a copy with pageable host
  * memory on one side (cudaMemcpyAsync is synchronous then). A kernel or a
  * stream memory operation on pageable memory (not this module's) aborts.
+ * FAKEDEV_IPC_CLOSE_SYNCS=1: closing a peer's memory waits so too (CUDA
+ * does not say whether cudaIpcCloseMemHandle does; docs/cuda.md).
  */
 #ifndef RINGCC_TEST_FAKEDEV_H
 #define RINGCC_TEST_FAKEDEV_H
