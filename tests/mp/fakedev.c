@@ -440,20 +440,41 @@ void fakedev_launch(void *stream, void (*fn)(void *), void *arg)
     stream_push(stream, (item_t){.kind = ITEM_FN, .fn = fn, .arg = arg});
 }
 
+/* CLOCK_REALTIME (the queues' condition variables') `seconds` from now. */
+static struct timespec deadline_in(double seconds)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += (time_t)seconds;
+    return t;
+}
+
+/* Waits until queue q has run what was queued on it so far: 0, or -1 once
+ * `deadline` has passed. */
+static int queue_drain(fake_stream_t *q, const struct timespec *deadline)
+{
+    int rc = 0;
+    pthread_mutex_lock(&q->lock);
+    uint64_t target = q->queued;
+    while (q->ran < target && rc == 0)
+        if (pthread_cond_timedwait(&q->cond, &q->lock, deadline) != 0)
+            rc = -1;
+    pthread_mutex_unlock(&q->lock);
+    return rc;
+}
+
 int fakedev_stream_sync(void *stream, double timeout_s)
 {
-    fake_stream_t *s = stream_queue(stream);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += (time_t)timeout_s;
-    int rc = 0;
-    pthread_mutex_lock(&s->lock);
-    uint64_t target = s->queued;
-    while (s->ran < target && rc == 0)
-        if (pthread_cond_timedwait(&s->cond, &s->lock, &deadline) != 0)
-            rc = -1;
-    pthread_mutex_unlock(&s->lock);
-    return rc;
+    struct timespec deadline = deadline_in(timeout_s);
+    return queue_drain(stream_queue(stream), &deadline);
+}
+
+/* How long the stand-in's implicit synchronisations wait before they call
+ * it a hang: FAKEDEV_SYNC_S, default 10 s. */
+static double sync_limit_s(void)
+{
+    const char *env = getenv("FAKEDEV_SYNC_S");
+    return env ? atof(env) : 10;
 }
 
 /* CUDA's cudaFree, cudaFreeHost and cudaHostUnregister wait for all the
@@ -464,19 +485,10 @@ int fakedev_stream_sync(void *stream, double timeout_s)
  * (default 10) it aborts the process, saying what would have hung. */
 static void device_sync(const char *what)
 {
-    const char *env = getenv("FAKEDEV_SYNC_S");
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += env ? atol(env) : 10;
+    struct timespec deadline = deadline_in(sync_limit_s());
     pthread_mutex_lock(&queues_lock);
     for (fake_stream_t *s = queues_all; s; s = s->next_queue) {
-        pthread_mutex_lock(&s->lock);
-        uint64_t target = s->queued;
-        int rc = 0;
-        while (s->ran < target && rc == 0)
-            rc = pthread_cond_timedwait(&s->cond, &s->lock, &deadline);
-        pthread_mutex_unlock(&s->lock);
-        if (rc != 0) {
+        if (queue_drain(s, &deadline) != 0) {
             fprintf(stderr,
                     "fakedev: %s waits for the whole device, and a stream still had work "
                     "queued (a flag wait?) after the wait's limit: on a GPU this call would "
@@ -539,8 +551,7 @@ static void pageable_copy_wait(void *stream, const void *dst, const void *src)
 {
     if (mem_reachable(dst) && mem_reachable(src))
         return;
-    const char *env = getenv("FAKEDEV_SYNC_S");
-    if (fakedev_stream_sync(stream, env ? atof(env) : 10) != 0) {
+    if (fakedev_stream_sync(stream, sync_limit_s()) != 0) {
         fprintf(stderr,
                 "fakedev: a copy with pageable host memory (%p <- %p) waits for its stream, "
                 "which did not get there within the wait's limit: on a GPU this call would "
