@@ -192,7 +192,8 @@ typedef struct rcci_transport {
      * transport must be polled. Valid until close. */
     int (*wait_fd)(rcci_conn_t *conn);
 
-    /* Closes the connection; outstanding requests are cancelled and freed. */
+    /* Closes the connection; every request not yet reported done by test
+     * (in flight, or complete but not tested) is cancelled and freed. */
     void (*close)(rcci_conn_t *conn);
     /* -- end of version 1; append new fields below, never reorder -- */
 

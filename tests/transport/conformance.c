@@ -733,6 +733,52 @@ static int teardown_rank(int rank, int nranks, void *arg)
 START_TEST(teardown_while_busy) { ck_assert_int_eq(conf_run(teardown_rank), 0); }
 END_TEST
 
+/* A request that completed while the connection moved for another, and was
+ * never tested, is still the caller's until close, which frees it (the
+ * sanitizer runs check no leak). Rank 0: its send completes while it waits
+ * for rank 1's reply; rank 1: its reply completes while it waits for a
+ * message that never comes (rank 0 closes). */
+static int untested_rank(int rank, int nranks, void *arg)
+{
+    (void)nranks, (void)arg;
+    conf_end_t e;
+    if (conf_connect(rank, 0, &e))
+        return 1;
+    size_t n = 4096;
+    uint8_t *a = conf_buf(n), *b = conf_buf(n);
+    rcci_tag_t t0 = conf_tag(0), t1 = conf_tag(1), t2 = conf_tag(2);
+    rcci_request_t *untested, *r;
+    int64_t deadline = rcci_now_ns() + CONF_WAIT_NS;
+    rcc_result_t res;
+    if (rank == 0) {
+        conf_fill(a, n, 0);
+        if (tr->isend(e.conn, a, n, &t0, NULL, &untested) != RCC_SUCCESS ||
+            tr->irecv(e.conn, b, n, &t1, NULL, &r) != RCC_SUCCESS)
+            MP_FAIL("posting: %s", rcci_tls_error());
+        if ((res = conf_wait(e.conn, r, deadline)) != RCC_SUCCESS || !conf_check(b, n, 1))
+            MP_FAIL("the reply: %s", res ? rcci_tls_error() : "the bytes differ");
+    } else {
+        if (tr->irecv(e.conn, b, n, &t0, NULL, &r) != RCC_SUCCESS)
+            MP_FAIL("posting: %s", rcci_tls_error());
+        if ((res = conf_wait(e.conn, r, deadline)) != RCC_SUCCESS || !conf_check(b, n, 0))
+            MP_FAIL("the message: %s", res ? rcci_tls_error() : "the bytes differ");
+        conf_fill(a, n, 1);
+        if (tr->isend(e.conn, a, n, &t1, NULL, &untested) != RCC_SUCCESS ||
+            tr->irecv(e.conn, b, n, &t2, NULL, &r) != RCC_SUCCESS)
+            MP_FAIL("posting: %s", rcci_tls_error());
+        if ((res = conf_wait(e.conn, r, deadline)) != RCC_ERR_PEER_LOST)
+            MP_FAIL("a receive from a peer that closed gave %s: %s", rcc_strerror(res),
+                    rcci_tls_error());
+    }
+    conf_close(&e); /* `untested` goes with it */
+    free(a);
+    free(b);
+    return 0;
+}
+
+START_TEST(close_frees_completed_untested) { ck_assert_int_eq(conf_run(untested_rank), 0); }
+END_TEST
+
 /* ---- in place (version 4) ---- */
 
 /* A stream and an event of the device table, for in-place work. */
@@ -1201,6 +1247,7 @@ static Suite *conformance_suite(void)
     tcase_add_test(tc, peer_loss);
     tcase_add_test(tc, connect_start_to_stopped_peer);
     tcase_add_test(tc, teardown_while_busy);
+    tcase_add_test(tc, close_frees_completed_untested);
     tcase_add_test(tc, in_place_and_copied_alternate);
     tcase_add_test(tc, queued_messages);
     tcase_add_test(tc, registered_buffers);

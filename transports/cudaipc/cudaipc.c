@@ -119,6 +119,7 @@ struct rcci_conn {
     int reserved; /* reserve_send gave out the next slot; commit_send follows */
     size_t reserved_bytes;
     rcci_req_fifo_t sends, recvs;
+    rcci_req_fifo_t completed; /* until test frees them (reqfifo.h) */
     int64_t ctrl_next_ns;
     int64_t given_up_ns; /* queue_test first found the connection given up (0: not yet) */
     int announced; /* an announcement the drive took from the control connection */
@@ -268,10 +269,9 @@ static void cipc_free_conn(rcci_conn_t *c)
     if (!drained) /* leaking the mappings beats a GPU fault */
         RCC_WARN("cudaipc: copies to/from %s still running after %.0f s; its memory stays mapped",
                  c->peer, CIPC_DRAIN_NS / 1e9);
-    while (c->sends.head)
-        free(rcci_req_fifo_pop(&c->sends));
-    while (c->recvs.head)
-        free(rcci_req_fifo_pop(&c->recvs));
+    rcci_req_fifo_free_all(&c->sends);
+    rcci_req_fifo_free_all(&c->recvs);
+    rcci_req_fifo_free_all(&c->completed);
     if (drained) {
         if (c->tx_slots)
             dev->ipc_close(c->tx_slots);
@@ -589,11 +589,11 @@ static void cipc_retire(rcci_conn_t *c, int *moved)
         *moved |= !r->complete;
         r->complete = 1;
     }
-    /* Completed requests leave the queues here; test frees them. */
+    /* Completed requests wait in `completed` for test, which frees them. */
     while (c->sends.head && c->sends.head->complete)
-        rcci_req_fifo_pop(&c->sends);
+        rcci_req_fifo_complete(&c->sends, &c->completed);
     while (c->recvs.head && c->recvs.head->complete)
-        rcci_req_fifo_pop(&c->recvs);
+        rcci_req_fifo_complete(&c->recvs, &c->completed);
 }
 
 /* The control connection, without waiting: a notice, a goodbye or a close
@@ -684,7 +684,7 @@ static rcc_result_t cipc_test(rcci_request_t *r, int *done)
 {
     rcci_conn_t *c = r->conn;
     rcc_result_t res = r->complete ? RCC_SUCCESS : cipc_drive(c);
-    return rcci_req_finish(&c->sends, &c->recvs, r, res, done);
+    return rcci_req_finish(&c->sends, &c->recvs, &c->completed, r, res, done);
 }
 
 static int cipc_wait_fd(rcci_conn_t *c) { return CTRL->wait_fd(c->ctrl); }

@@ -196,6 +196,7 @@ struct rcci_conn {
     int64_t setup_deadline_ns;
     int64_t retry_at_ns; /* the next attempt starts then; 0: none waits */
     rcci_req_fifo_t sends, recvs;
+    rcci_req_fifo_t completed;  /* until test frees them (reqfifo.h) */
     rcci_req_fifo_t unfinished; /* zero-copy sends all posted, their writes not yet complete */
     /* Queued messages. Each ring is made by the queuing thread's first
      * call that way and published by its `ready` (atomic); the numbering
@@ -1106,10 +1107,8 @@ static rcc_result_t verbs_deliver(rcci_conn_t *c)
             return verbs_fail(c, res);
         memcpy(r->buf + t.payload_offset,
                c->slots + (size_t)t.slot * c->ctx->geom.slot_bytes + t.slot_offset, t.bytes);
-        if (t.last) {
-            r->complete = 1;
-            rcci_req_fifo_pop(&c->recvs);
-        }
+        if (t.last)
+            rcci_req_fifo_complete(&c->recvs, &c->completed);
     }
 out:
     return c->failed;
@@ -1353,18 +1352,17 @@ static rcc_result_t verbs_drive(rcci_conn_t *c)
                 break;
             any = 1;
             if (r->sent == RCCI_WIRE_HEADER_BYTES + r->bytes) {
-                rcci_req_fifo_pop(&c->sends);
                 r->last_write = c->tx.written;
                 if (r->zero_copy) /* the adapter still reads the buffer */
-                    rcci_req_fifo_push(&c->unfinished, r);
+                    rcci_req_fifo_push(&c->unfinished, rcci_req_fifo_pop(&c->sends));
                 else
-                    r->complete = 1;
+                    rcci_req_fifo_complete(&c->sends, &c->completed);
             }
         }
         /* Writes complete in order on RC: a zero-copy send is done with
          * its buffer once the write of its last fragment has completed. */
         while (c->unfinished.head && c->tx.completed >= c->unfinished.head->last_write)
-            rcci_req_fifo_pop(&c->unfinished)->complete = 1;
+            rcci_req_fifo_complete(&c->unfinished, &c->completed);
         if (any)
             continue;
         if (!c->cq_armed) { /* arm, then look once more: no wake-up is lost */
@@ -1429,7 +1427,7 @@ static rcc_result_t verbs_test(rcci_request_t *r, int *done)
     rcc_result_t res = r->complete ? RCC_SUCCESS : verbs_drive(c);
     if (res != RCC_SUCCESS && !r->complete) /* rcci_req_finish frees it */
         rcci_req_fifo_unlink(&c->unfinished, r);
-    return rcci_req_finish(&c->sends, &c->recvs, r, res, done);
+    return rcci_req_finish(&c->sends, &c->recvs, &c->completed, r, res, done);
 }
 
 static int verbs_wait_fd(rcci_conn_t *c) { return c->epfd; }
@@ -1544,10 +1542,10 @@ static void verbs_close(rcci_conn_t *c)
         rdma_disconnect(c->id);
         c->ctx->last_close_ns = rcci_now_ns();
     }
-    rcci_req_fifo_t *queues[] = {&c->sends, &c->unfinished, &c->recvs};
-    for (size_t i = 0; i < sizeof queues / sizeof queues[0]; i++)
-        while (queues[i]->head)
-            free(rcci_req_fifo_pop(queues[i]));
+    rcci_req_fifo_free_all(&c->sends);
+    rcci_req_fifo_free_all(&c->unfinished);
+    rcci_req_fifo_free_all(&c->recvs);
+    rcci_req_fifo_free_all(&c->completed);
     verbs_conn_free(c);
 }
 

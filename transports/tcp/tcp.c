@@ -58,6 +58,7 @@ struct rcci_conn {
     char peer[96];
     char self[16]; /* "rank 3", for mismatch messages */
     rcci_req_fifo_t sends, recvs;
+    rcci_req_fifo_t completed; /* until test frees them (reqfifo.h) */
 };
 
 static rcc_result_t tcp_init(const rcci_transport_env_t *env, void **tctx)
@@ -412,10 +413,8 @@ static rcc_result_t tcp_advance(rcci_conn_t *c, rcci_req_fifo_t *q, size_t n, in
                                               "data was damaged on its way",
                                               r->bytes, r->tag.seq, c->peer, r->crc, r->want_crc));
         }
-        if (r->moved == total) {
-            r->complete = 1;
-            rcci_req_fifo_pop(q);
-        }
+        if (r->moved == total)
+            rcci_req_fifo_complete(q, &c->completed);
     }
     return RCC_SUCCESS;
 }
@@ -460,7 +459,7 @@ static rcc_result_t tcp_test(rcci_request_t *r, int *done)
 {
     rcci_conn_t *c = r->conn;
     rcc_result_t res = r->complete ? RCC_SUCCESS : tcp_drive(c);
-    return rcci_req_finish(&c->sends, &c->recvs, r, res, done);
+    return rcci_req_finish(&c->sends, &c->recvs, &c->completed, r, res, done);
 }
 
 static int tcp_wait_fd(rcci_conn_t *c) { return c->fd; }
@@ -581,9 +580,9 @@ static void tcp_close(rcci_conn_t *c)
 {
     if (!c)
         return;
-    for (rcci_req_fifo_t *q = &c->sends; q; q = q == &c->sends ? &c->recvs : NULL)
-        while (q->head)
-            free(rcci_req_fifo_pop(q));
+    rcci_req_fifo_free_all(&c->sends);
+    rcci_req_fifo_free_all(&c->recvs);
+    rcci_req_fifo_free_all(&c->completed);
     /* Bytes left unread at close make the kernel reset the connection, and
      * the peer may then read "connection reset" where this side's last
      * words were (its goodbye, a failure notice): an announcement this side
