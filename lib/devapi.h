@@ -144,4 +144,13 @@ const rcci_devapi_t *rcci_devapi(void);
 /* For tests: use `api` from now on (before the first stream call). */
 void rcci_devapi_set(const rcci_devapi_t *api);
 
+/* Makes `device` current on the calling thread (nothing when it is) and
+ * stores the one that was in *previous, for rcci_device_back. Its error is
+ * use_device's. */
+rcc_result_t rcci_device_enter(const rcci_devapi_t *dev, int device, int *previous);
+/* Makes `previous` current again where it was not `device` (a negative
+ * `previous`: none known, nothing done), keeping the thread's error text:
+ * the failure being reported stays the one told (devswitch.c). */
+void rcci_device_back(const rcci_devapi_t *dev, int previous, int device);
+
 #endif /* RINGCC_DEVAPI_H */

@@ -155,17 +155,6 @@ struct rcci_streams {
     int npend, pend_cap;
 };
 
-/* Makes `device` current again on this thread (it was a moment ago, so it
- * cannot fail), keeping the thread's error text for the caller. */
-static void device_back(const rcci_devapi_t *dev, int device)
-{
-    char text[RCCI_ERR_TEXT_BYTES], cause[RCCI_ERR_TEXT_BYTES];
-    snprintf(text, sizeof text, "%s", rcci_tls_error());
-    snprintf(cause, sizeof cause, "%s", rcci_tls_cause());
-    dev->use_device(device);
-    rcci_tls_error_restore(text, cause);
-}
-
 static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out)
 {
     pthread_mutex_lock(&comm->lock);
@@ -184,17 +173,15 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
             /* On the communicator's device, whichever is current on the
              * thread that makes the first call: the library's stream, its
              * flags and its kernels belong there. */
-            int caller = s->dev->current_device();
-            if (caller != s->device)
-                res = s->dev->use_device(s->device);
+            int caller;
+            res = rcci_device_enter(s->dev, s->device, &caller);
             void *flags = NULL;
             if (res == RCC_SUCCESS)
                 res = s->dev->host_alloc(&flags, 2 * STREAM_MARKS * sizeof(uint32_t));
             s->flags = flags;
             if (res == RCC_SUCCESS)
                 res = s->dev->stream_create(&s->copy_stream);
-            if (caller != s->device && caller >= 0)
-                device_back(s->dev, caller);
+            rcci_device_back(s->dev, caller, s->device);
             if (res != RCC_SUCCESS) {
                 if (flags)
                     s->dev->host_free(flags);
@@ -613,8 +600,8 @@ void rcci_stream_group_end(void)
                      rcci_tls_error());
         rcci_op_release(w->op);
     }
-    if (current != mine && mine >= 0)
-        device_back(group_waits[0].dev, mine);
+    if (group_nwaits)
+        rcci_device_back(group_waits[0].dev, mine, current);
     free(group_waits);
     group_waits = NULL;
     group_nwaits = group_cap = 0;
@@ -784,9 +771,8 @@ rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stre
     /* The caller's thread may have another device current: the
      * communicator's own for the call (its streams, events and kernels),
      * the caller's again after. */
-    int mine = s->dev->current_device();
-    if (res == RCC_SUCCESS && mine != s->device)
-        res = s->dev->use_device(s->device);
+    int mine;
+    res = rcci_device_enter(s->dev, s->device, &mine);
     if (res != RCC_SUCCESS) {
         rcci_op_release(op);
         return res;
@@ -794,8 +780,7 @@ rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stre
     pthread_mutex_lock(&s->submit_lock);
     res = stream_submit(comm, s, op, stream);
     pthread_mutex_unlock(&s->submit_lock);
-    if (mine != s->device && mine >= 0)
-        device_back(s->dev, mine);
+    rcci_device_back(s->dev, mine, s->device);
     return res;
 }
 

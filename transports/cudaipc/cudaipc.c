@@ -263,8 +263,8 @@ static void cipc_free_conn(rcci_conn_t *c)
     const rcci_devapi_t *dev = c->ctx->dev;
     /* The caller's thread may be the application's (rcc_comm_destroy): its
      * current device is given back below. */
-    int caller_device = dev->current_device();
-    dev->use_device(c->ctx->device);
+    int caller_device;
+    rcci_device_enter(dev, c->ctx->device, &caller_device);
     int drained = cipc_drain(dev, c->tx_stream) & cipc_drain(dev, c->rx_stream);
     if (!drained) /* leaking the mappings beats a GPU fault */
         RCC_WARN("cudaipc: copies to/from %s still running after %.0f s; its memory stays mapped",
@@ -298,8 +298,7 @@ static void cipc_free_conn(rcci_conn_t *c)
     }
     if (c->ctrl)
         CTRL->close(c->ctrl);
-    if (caller_device != c->ctx->device)
-        dev->use_device(caller_device);
+    rcci_device_back(dev, caller_device, c->ctx->device);
     free(c);
 }
 
@@ -402,15 +401,13 @@ static rcc_result_t cipc_hello(rcci_conn_t *c, int *ready)
     c->tx_slot_bytes = h->slot_bytes;
     /* A mapping belongs to the device current at the open: this side's, on
      * whatever thread takes the hello (a caller's may have another). */
-    int caller_device = dev->current_device();
-    if (caller_device != c->ctx->device)
-        res = dev->use_device(c->ctx->device);
+    int caller_device;
+    res = rcci_device_enter(dev, c->ctx->device, &caller_device);
     if (res == RCC_SUCCESS && (res = dev->ipc_open(h->page_handle, &p)) == RCC_SUCCESS)
         c->tx_page = p;
     if (res == RCC_SUCCESS && (res = dev->ipc_open(h->slots_handle, &p)) == RCC_SUCCESS)
         c->tx_slots = p;
-    if (caller_device != c->ctx->device)
-        dev->use_device(caller_device);
+    rcci_device_back(dev, caller_device, c->ctx->device);
     if (res != RCC_SUCCESS)
         return res;
     RCC_INFO("cudaipc: connected to %s, device memory of GPU %d to GPU %d", c->peer, c->ctx->device,

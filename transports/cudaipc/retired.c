@@ -36,15 +36,13 @@ static int retired_may_free(const retired_t *r)
 
 static void retired_free(retired_t *r)
 {
-    int caller_device = r->dev->current_device();
-    if (caller_device != r->device)
-        r->dev->use_device(r->device);
+    int caller_device;
+    rcci_device_enter(r->dev, r->device, &caller_device);
     if (r->slots)
         r->dev->ipc_free(r->slots);
     if (r->page)
         r->dev->ipc_free(r->page);
-    if (caller_device != r->device)
-        r->dev->use_device(caller_device);
+    rcci_device_back(r->dev, caller_device, r->device);
     free(r);
 }
 
