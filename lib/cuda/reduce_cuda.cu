@@ -46,6 +46,14 @@ extern "C" {
  * Conversions (device): float16 in hardware, NaN aside; bfloat16 as in lib/halfbits.h
  * ------------------------------------------------------------------------- */
 
+/* The hardware float16 conversions, one PTX instruction each. The host model of CUDA that runs
+ * this file in CI (tests/cudaemu/) defines its own. */
+#ifndef RED_CVT_F16_TO_F32
+#define RED_CVT_F16_TO_F32(f, h)                                                                   \
+    asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h))
+#define RED_CVT_F32_TO_F16(h, f) asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f))
+#endif
+
 /* binary16 -> binary32, exact, as halfbits.h's red_h2f (whose float subtraction would turn a NaN
  * into the GPU's canonical NaN here). The hardware conversion is exact for every finite value and
  * infinity; a NaN keeps its sign and payload as bits instead (the host's widening makes a
@@ -55,7 +63,7 @@ static __device__ __forceinline__ float red_h2f_dev(uint16_t h)
     float f;
     if ((h & 0x7fffu) > 0x7c00u)
         return red_u2f(((uint32_t)h & 0x8000u) << 16 | 0x7f800000u | ((uint32_t)h & 0x3ffu) << 13);
-    asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
+    RED_CVT_F16_TO_F32(f, h);
     return f;
 }
 
@@ -68,7 +76,7 @@ static __device__ __forceinline__ uint16_t red_f2h_dev(float f)
     uint16_t h;
     if (f != f)
         return red_f2h(f);
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    RED_CVT_F32_TO_F16(h, f);
     return h;
 }
 

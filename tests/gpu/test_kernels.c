@@ -5,6 +5,9 @@
  * mixed in (NaN of both signs and several payloads, signalling NaN, +-Inf, +-0, subnormals, the
  * largest finite values).
  *
+ * Every build also runs this file, unchanged, against the kernels' source on a host model of CUDA
+ * (tests/cudaemu/README.md); a GPU is the proof.
+ *
  * Plain C, no Check (the GPU machine has none, and Check forks: no CUDA context may exist in a
  * process that forks). One line per case, a summary, exit status 0 (all passed), 1 (a failure),
  * or 77 (skipped: no CUDA device, the reason printed) for meson.
