@@ -175,11 +175,19 @@ static int compare(const char *name, const void *got, const void *want, const vo
     } while (0)
 
 /* Device buffers: each of the four pointers (a, b, dst, dst2) at its own element offset from a
- * 256-byte aligned allocation. */
+ * 256-byte aligned allocation; and a device word where the _at forms read their second
+ * destination's base when the kernel runs. */
 struct bufs {
     unsigned char *dev[4];
     size_t cap;
+    void **at;
 };
+
+/* Stores `base` in bf->at, where the next _at kernel reads it. */
+static void at_store(struct bufs *bf, void *base)
+{
+    CU(cudaMemcpy(bf->at, &base, sizeof base, cudaMemcpyHostToDevice));
+}
 
 static void bufs_grow(struct bufs *bf, size_t bytes)
 {
@@ -193,7 +201,9 @@ static void bufs_grow(struct bufs *bf, size_t bytes)
     bf->cap = bytes;
 }
 
-enum { K_REDUCE, K_COPY, K_INPLACE, K_DIVIDE };
+/* K_COPY_AT: the second destination at a base read when the kernel runs (plus an offset);
+ * K_COPY_AT_NONE: that base is NULL, so the second destination given is used. */
+enum { K_REDUCE, K_COPY, K_INPLACE, K_DIVIDE, K_COPY_AT, K_COPY_AT_NONE };
 
 /* One case: inputs on the host, the host's answer, the GPU's answer, compared. */
 static void run_case(struct bufs *bf, rcc_datatype_t dt, int op, int kind, size_t n,
@@ -218,7 +228,8 @@ static void run_case(struct bufs *bf, rcc_datatype_t dt, int op, int kind, size_
 
     rcc_result_t res;
     char name[160];
-    const char *kname[] = {"reduce", "reduce_copy", "reduce in place", "divide"};
+    const char *kname[] = {"reduce", "reduce_copy",    "reduce in place",
+                           "divide", "reduce_copy_at", "reduce_copy_at (NULL base)"};
     if (kind == K_DIVIDE)
         snprintf(name, sizeof name, "%s %s /%d n=%zu offsets=%zu,%zu", kname[kind],
                  rcc_datatype_name(dt), divisor, n, offs[0], offs[2]);
@@ -237,7 +248,12 @@ static void run_case(struct bufs *bf, rcc_datatype_t dt, int op, int kind, size_
             res = rcci_cuda_reduce(da, da, db, n, dt, op, divisor, NULL);
         else if (kind == K_COPY)
             res = rcci_cuda_reduce_copy(dd, dd2, da, db, n, dt, op, divisor, NULL);
-        else
+        else if (kind == K_COPY_AT || kind == K_COPY_AT_NONE) {
+            at_store(bf, kind == K_COPY_AT ? bf->dev[3] : NULL);
+            res = rcci_cuda_reduce_copy_at(
+                dd, kind == K_COPY_AT ? NULL : dd2, (void *const *)bf->at,
+                kind == K_COPY_AT ? offs[3] * es : 0, da, db, n, dt, op, divisor, NULL);
+        } else
             res = rcci_cuda_reduce(dd, da, db, n, dt, op, divisor, NULL);
     }
     cudaError_t err = cudaDeviceSynchronize();
@@ -247,7 +263,7 @@ static void run_case(struct bufs *bf, rcc_datatype_t dt, int op, int kind, size_
     } else {
         CU(cudaMemcpy(got, kind == K_INPLACE ? da : dd, bytes, cudaMemcpyDeviceToHost));
         int bad = compare(name, got, want, ha, kind == K_DIVIDE ? NULL : hb, n, dt, op);
-        if (kind == K_COPY && !bad) {
+        if ((kind == K_COPY || kind == K_COPY_AT || kind == K_COPY_AT_NONE) && !bad) {
             CU(cudaMemcpy(got2, dd2, bytes, cudaMemcpyDeviceToHost));
             g_pass--; /* one case, two outputs */
             strncat(name, " (second output)", sizeof name - strlen(name) - 1);
@@ -262,8 +278,10 @@ static void run_case(struct bufs *bf, rcc_datatype_t dt, int op, int kind, size_
 }
 
 /* rcci_cuda_copy2: random bytes to two destinations, bit for bit, at byte offsets that give
- * every word width (8, 4, 1) with and without the vector body. */
-static void run_copy2(struct bufs *bf, size_t bytes, const size_t offs[3])
+ * every word width (8, 4, 1) with and without the vector body. `at`: 0 plain, 1 rcci_cuda_copy2_at
+ * with the second destination's base read when the kernel runs, 2 the same with that base NULL
+ * (the second destination given is used). */
+static void run_copy2(struct bufs *bf, size_t bytes, const size_t offs[3], int at)
 {
     unsigned char *h = malloc(bytes + 1), *got = malloc(bytes + 1), *got2 = malloc(bytes + 1);
     if (!h || !got || !got2) {
@@ -278,7 +296,14 @@ static void run_copy2(struct bufs *bf, size_t bytes, const size_t offs[3])
     CU(cudaMemcpy(src, h, bytes, cudaMemcpyHostToDevice));
     CU(cudaMemset(dst, 0xa5, bytes + 1));
     CU(cudaMemset(dst2, 0x5a, bytes + 1));
-    rcc_result_t res = rcci_cuda_copy2(dst, dst2, src, bytes, NULL);
+    rcc_result_t res;
+    if (at) {
+        at_store(bf, at == 1 ? bf->dev[3] : NULL);
+        res = rcci_cuda_copy2_at(dst, at == 1 ? NULL : dst2, (void *const *)bf->at,
+                                 at == 1 ? offs[2] : 0, src, bytes, NULL);
+    } else {
+        res = rcci_cuda_copy2(dst, dst2, src, bytes, NULL);
+    }
     cudaError_t err = cudaDeviceSynchronize();
     int ok = res == RCC_SUCCESS && err == cudaSuccess;
     if (ok) {
@@ -291,8 +316,9 @@ static void run_copy2(struct bufs *bf, size_t bytes, const size_t offs[3])
         g_pass++;
     } else {
         g_fail++;
-        printf("FAIL copy2 of %zu bytes, offsets %zu,%zu,%zu: %s %s\n", bytes, offs[0], offs[1],
-               offs[2], rcc_result_name(res), cudaGetErrorString(err));
+        printf("FAIL copy2%s of %zu bytes, offsets %zu,%zu,%zu: %s %s\n",
+               at ? (at == 1 ? "_at" : "_at (NULL base)") : "", bytes, offs[0], offs[1], offs[2],
+               rcc_result_name(res), cudaGetErrorString(err));
     }
     free(h);
     free(got);
@@ -317,7 +343,8 @@ int main(int argc, char **argv)
     printf("device %d: %s, sm_%d%d, %d SMs\n", dev, prop.name, prop.major, prop.minor,
            prop.multiProcessorCount);
 
-    struct bufs bf = {{NULL, NULL, NULL, NULL}, 0};
+    struct bufs bf = {{NULL, NULL, NULL, NULL}, 0, NULL};
+    CU(cudaMalloc((void **)&bf.at, sizeof(void *)));
     const size_t sizes[] = {1, 7, 1000, (1u << 20) + 3};
     /* All aligned; all one element past alignment (vector body after a scalar head); all
      * different (scalar throughout). */
@@ -334,6 +361,9 @@ int main(int argc, char **argv)
             for (int o = 0; o < 3; o++) {
                 run_case(&bf, dt, op, K_COPY, sizes[3], offsets[o], 3);
                 run_case(&bf, dt, op, K_COPY, sizes[1], offsets[o], 3);
+                for (int k = K_COPY_AT; k <= K_COPY_AT_NONE; k++)
+                    for (size_t s = 1; s <= 2; s++) /* 7 and 1000 elements */
+                        run_case(&bf, dt, op, k, sizes[s], offsets[o], 3);
             }
         for (int op = 0; op < NOPS; op++)
             run_case(&bf, dt, op, K_INPLACE, sizes[3], offsets[1], 3);
@@ -348,7 +378,9 @@ int main(int argc, char **argv)
     const size_t copy_offs[5][3] = {{0, 0, 0}, {8, 8, 8}, {4, 4, 4}, {1, 1, 1}, {0, 4, 3}};
     for (size_t s = 0; s < sizeof copy_sizes / sizeof *copy_sizes; s++)
         for (int o = 0; o < 5; o++)
-            run_copy2(&bf, copy_sizes[s], copy_offs[o]);
+            for (int at = 0; at < 3; at++)
+                if (at == 0 || copy_sizes[s] <= 4096)
+                    run_copy2(&bf, copy_sizes[s], copy_offs[o], at);
 
     /* Invalid arguments are refused before anything is launched. */
     if (rcci_cuda_reduce(bf.dev[2], bf.dev[0], bf.dev[1], 1, (rcc_datatype_t)NDTYPES, RCC_SUM, 1,
@@ -364,6 +396,7 @@ int main(int argc, char **argv)
 
     for (int k = 0; k < 4; k++)
         cudaFree(bf.dev[k]);
+    cudaFree(bf.at);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }
