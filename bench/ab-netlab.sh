@@ -11,8 +11,9 @@
 # unshaped) runs ringcc-perf -C COLL from MIN to MAX bytes (factor 2, ITERS
 # timed iterations) once per setting per round, the settings alternating, so
 # that the machine's noise falls on all of them alike. Prints a table: per
-# size, each setting's median busbw (GB/s) and time (us) over the rounds and
-# its speed relative to the first setting's; every rank's results are
+# size, each setting's median busbw (GB/s), time (us) and loop time (us, the
+# throughput figure) over the rounds and its speed relative to the first
+# setting's; every rank's results are
 # checked (a wrong element fails the run). -I 1 runs in place (ringcc-perf -i 1,
 # as bench/compare-netlab.sh does by default). Defaults: -n 4 -r none -R 3 -b 16M
 # -e 64M -C allreduce -i 5 -I 0.
@@ -64,27 +65,29 @@ done
 python3 - "$work" "$rounds" "$@" <<'EOF'
 import re, statistics, sys
 work, rounds, settings = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-runs = {}  # (setting, size) -> [(time us, busbw GB/s) per round]
+runs = {}  # (setting, size) -> [(time us, busbw GB/s, loop us) per round]
 for r in range(1, rounds + 1):
     for s in range(1, len(settings) + 1):
         for line in open(f"{work}/r{r}-s{s}.out"):
             f = line.split()
             if len(f) >= 8 and re.fullmatch(r"\d+", f[0]) and re.fullmatch(r"\d+", f[1]):
-                if f[-1] != "0":
+                if f[7] != "0":
                     sys.exit(f"ab-netlab: wrong results at {f[0]} bytes, setting {settings[s-1]}")
-                runs.setdefault((s, int(f[0])), []).append((float(f[-4]), float(f[-2])))
+                runs.setdefault((s, int(f[0])), []).append((float(f[4]), float(f[6]), float(f[8])))
 sizes = sorted({size for (_, size) in runs})
 names = [s if s != "-" else "(defaults)" for s in settings]
 print("| size | " + " | ".join(names) + " |")
 print("|---:|" + "---:|" * len(names))
+med = lambda s, size, k: statistics.median(x[k] for x in runs[(s, size)])
 for size in sizes:
-    base = statistics.median(t for t, _ in runs[(1, size)])
+    base, lbase = med(1, size, 0), med(1, size, 2)
     cells = []
     for s in range(1, len(settings) + 1):
-        t = statistics.median(t for t, _ in runs[(s, size)])
-        bw = statistics.median(b for _, b in runs[(s, size)])
-        cells.append(f"{bw:.3f} / {t:.1f}" + ("" if s == 1 else f" ({base / t:.2f}x)"))
+        t, bw, loop = med(s, size, 0), med(s, size, 1), med(s, size, 2)
+        cells.append(f"{bw:.3f} / {t:.1f}" + ("" if s == 1 else f" ({base / t:.2f}x)") +
+                     f"; loop {loop:.1f}" + ("" if s == 1 else f" ({lbase / loop:.2f}x)"))
     print(f"| {size} | " + " | ".join(cells) + " |")
 print(f"\nbusbw GB/s / time us, medians of {rounds} rounds; (ratio): the first setting's "
-      "time over this one's (>1: faster).")
+      "time over this one's (>1: faster); loop: ringcc-perf's loop(us), the slowest rank's "
+      "whole timed loop / iterations (throughput), and its ratio.")
 EOF

@@ -14,7 +14,9 @@
 #       ompi-ring      the same, ring forced (coll_tuned_allreduce_algorithm 4)
 #       gloo           torch.distributed all_reduce, backend gloo
 #     all timed the same way (median over iterations of the slowest rank's
-#     time; busbw = size/time * 2(n-1)/n) and checked against exact sums.
+#     time; busbw = size/time * 2(n-1)/n) and checked against exact sums;
+#     beside it the throughput figure, loop: the slowest rank's whole timed
+#     loop / iterations (as nccl-tests times), and its busbw.
 #   -I 1 (the default) runs ringcc and Open MPI in place (the result over the
 #     input: MPI_IN_PLACE, ringcc-perf -i 1), as torch's all_reduce, and so
 #     Gloo, always runs and as frameworks call it; -I 0 gives ringcc and Open
@@ -154,7 +156,7 @@ iperf_flows() { # FLOWS... as "from:to" -> mean goodput per flow, GB/s
     done | awk '{s += $1} END {printf "%.4f\n", s / NR}'
 }
 
-echo "round,impl,bytes,time_us,busbw_gbs,wrong" >"$csv"
+echo "round,impl,bytes,time_us,busbw_gbs,wrong,loop_us" >"$csv"
 single=() ring=()
 for ((r = 1; r <= rounds; r++)); do
     single+=("$(iperf_flows 0:1)")
@@ -162,8 +164,8 @@ for ((r = 1; r <= rounds; r++)); do
     for ((i = 0; i < n; i++)); do ringflows+=("$i:$(((i + 1) % n))"); done
     ring+=("$(iperf_flows "${ringflows[@]}")")
     echo "round $r: iperf3 single flow ${single[-1]} GB/s, ring flows ${ring[-1]} GB/s each" >&2
-    echo "$r,iperf3-single,0,0,${single[-1]},0" >>"$csv"
-    echo "$r,iperf3-ring,0,0,${ring[-1]},0" >>"$csv"
+    echo "$r,iperf3-single,0,0,${single[-1]},0,0" >>"$csv"
+    echo "$r,iperf3-ring,0,0,${ring[-1]},0,0" >>"$csv"
     for impl in "${peers[@]}"; do
         read -r steal0 total0 < <(cpu_ticks)
         for range in "${ranges[@]}"; do
@@ -181,7 +183,7 @@ for ((r = 1; r <= rounds; r++)); do
                     exit 1
                 fi
             fi
-            awk -v r="$r" -v impl="$impl" '$1 ~ /^[0-9]+$/ && NF >= 8 {print r "," impl "," $1 "," $5 "," $7 "," $8}' "$out" >>"$csv"
+            awk -v r="$r" -v impl="$impl" '$1 ~ /^[0-9]+$/ && NF >= 9 {print r "," impl "," $1 "," $5 "," $7 "," $8 "," $9}' "$out" >>"$csv"
         done
         read -r steal1 total1 < <(cpu_ticks)
         echo "round $r: $impl done (host steal $(awk -v s=$((steal1 - steal0)) \

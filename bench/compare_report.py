@@ -3,7 +3,10 @@
 
     compare_report.py CSV OUT_PREFIX RANKS RATE COMMAND
 
-Medians over the rounds per implementation and size; writes OUT_PREFIX.md and OUT_PREFIX.svg.
+Medians over the rounds per implementation and size, of the time (median over iterations of the
+slowest rank's) and of the loop time (the slowest rank's whole timed loop / iterations, the
+throughput figure), each with its busbw; writes OUT_PREFIX.md and OUT_PREFIX.svg (the plot shows
+the time's busbw).
 Standard library only (no plotting package needed).
 """
 import csv
@@ -17,8 +20,9 @@ from plot_busbw import human
 IMPLS = ["ringcc", "ompi", "ompi-ring", "gloo"]
 
 
-def load(path):
+def load(path, nranks):
     times, bws, link, wrong = defaultdict(list), defaultdict(list), defaultdict(list), 0
+    loops, loop_bws = defaultdict(list), defaultdict(list)
     with open(path) as f:
         for row in csv.DictReader(f):
             impl, size = row["impl"], int(row["bytes"])
@@ -27,36 +31,50 @@ def load(path):
                 continue
             times[impl, size].append(float(row["time_us"]))
             bws[impl, size].append(float(row["busbw_gbs"]))
+            loop = float(row.get("loop_us") or 0)  # tables before it have none
+            if loop > 0:
+                loops[impl, size].append(loop)
+                loop_bws[impl, size].append(size / loop / 1e3 * 2 * (nranks - 1) / nranks)
             wrong += int(row["wrong"]) if row["wrong"].isdigit() else 0
     med = lambda d: {k: statistics.median(v) for k, v in d.items()}
-    return med(times), med(bws), med(link), wrong, max(len(v) for v in times.values())
+    return (med(times), med(bws), med(loops), med(loop_bws), med(link), wrong,
+            max(len(v) for v in times.values()))
 
 
-def table(times, bws, link, impls, sizes, nranks, rate, command, wrong, rounds, mode):
+def ratio_to_best(bws, impls, s):
+    """ringcc's busbw over the best peer's at size s (nan without a peer)."""
+    best = max((bws.get((i, s), 0) for i in impls if i != "ringcc"), default=0)
+    return bws.get(("ringcc", s), 0) / best if best > 0 else float("nan")
+
+
+def table(times, bws, loops, loop_bws, link, impls, sizes, nranks, rate, command, wrong, rounds,
+          mode):
     lines = ["# Allreduce on a network lab: %d ranks, links %s" % (nranks, rate), ""]
     lines.append("Made by `%s` (float32 sum, %s; medians over %d rounds run alternately; each "
-                 "round's figure is the median over its iterations of the slowest rank's time; "
-                 "busbw = size/time x 2(n-1)/n). Elements wrong, all runs: %d." %
-                 (command, mode, rounds, wrong))
+                 "round's time is the median over its iterations of the slowest rank's time; "
+                 "busbw = size/time x 2(n-1)/n; loop is the throughput figure, the slowest "
+                 "rank's whole timed loop / iterations, as nccl-tests times, with its busbw). "
+                 "Elements wrong, all runs: %d." % (command, mode, rounds, wrong))
     lines.append("")
     single, ring = link.get("iperf3-single"), link.get("iperf3-ring")
     if single:
         lines.append("Link: one iperf3 TCP flow %.4f GB/s; %d simultaneous ring-shaped flows "
                      "%.4f GB/s each." % (single, nranks, ring or 0))
         lines.append("")
-    head = "| size |" + "".join(" %s time (us) | %s busbw (GB/s) |" % (i, i) for i in impls)
-    head += " ringcc / best busbw |"
-    lines += [head, "|---:|" + "---:|" * (2 * len(impls) + 1)]
+    head = "| size |" + "".join(" %s time (us) | %s busbw (GB/s) | %s loop (us) |" % (i, i, i)
+                                for i in impls)
+    head += " ringcc / best busbw | the same by loop |"
+    lines += [head, "|---:|" + "---:|" * (3 * len(impls) + 2)]
     for s in sizes:
         row = "| %s |" % human(s)
-        best = max((bws.get((i, s), 0) for i in impls if i != "ringcc"), default=0)
         for i in impls:
             if (i, s) in times:
-                row += " %.1f | %.4f |" % (times[i, s], bws[i, s])
+                row += " %.1f | %.4f | %s |" % (times[i, s], bws[i, s],
+                                                "%.1f" % loops[i, s] if (i, s) in loops else "-")
             else:
-                row += " - | - |"
-        ratio = bws.get(("ringcc", s), 0) / best if best > 0 else float("nan")
-        lines.append(row + " %.2f |" % ratio)
+                row += " - | - | - |"
+        lines.append(row + " %.2f | %.2f |" % (ratio_to_best(bws, impls, s),
+                                               ratio_to_best(loop_bws, impls, s)))
     lines.append("")
     # The figures issue 4's acceptance asks for.
     peers = [i for i in impls if i != "ringcc"]
@@ -74,12 +92,12 @@ def table(times, bws, link, impls, sizes, nranks, rate, command, wrong, rounds, 
                           times["ringcc", small], times[p, small]))
     mid = [s for s in sizes if s >= 64 << 10]
     if mid and peers:
-        worst = min(mid, key=lambda s: bws.get(("ringcc", s), 0) /
-                    max(bws.get((p, s), 1e-12) for p in peers))
-        best = max(bws.get((p, worst), 0) for p in peers)
-        notes.append("from 64 KiB up, the lowest ringcc / best-peer busbw ratio: %.2f at %s" %
-                     (bws.get(("ringcc", worst), 0) / best if best else float("nan"),
-                      human(worst)))
+        for what, d in (("busbw", bws), ("busbw by loop", loop_bws)):
+            if not d:  # a table from before loop times
+                continue
+            worst = min(mid, key=lambda s: ratio_to_best(d, impls, s))
+            notes.append("from 64 KiB up, the lowest ringcc / best-peer %s ratio: %.2f at %s" %
+                         (what, ratio_to_best(d, impls, worst), human(worst)))
     lines += ["- " + n for n in notes]
     return "\n".join(lines) + "\n"
 
@@ -97,12 +115,12 @@ def svg(bws, link, impls, sizes, nranks, rate):
 def main():
     path, prefix, nranks, rate, command = sys.argv[1:6]
     mode = sys.argv[6] if len(sys.argv) > 6 else "out-of-place (Gloo in place)"
-    times, bws, link, wrong, rounds = load(path)
+    times, bws, loops, loop_bws, link, wrong, rounds = load(path, int(nranks))
     impls = [i for i in IMPLS if any(k[0] == i for k in times)]
     sizes = sorted({k[1] for k in times})
     with open(prefix + ".md", "w") as f:
-        f.write(table(times, bws, link, impls, sizes, int(nranks), rate, command, wrong, rounds,
-                      mode))
+        f.write(table(times, bws, loops, loop_bws, link, impls, sizes, int(nranks), rate, command,
+                      wrong, rounds, mode))
     with open(prefix + ".svg", "w") as f:
         f.write(svg(bws, link, impls, sizes, int(nranks), rate))
     print(open(prefix + ".md").read())

@@ -4,7 +4,8 @@
 torch.distributed all_reduce (backend "gloo", float32, sum) timed exactly as ringcc-perf times
 rcc_allreduce: one untimed checked call, WARMUP untimed calls, ITERS calls timed one by one
 with a monotonic clock; per-iteration times combined with a MAX all_reduce; the median of those
-slowest-rank times is reported, with algbw = size/time and busbw = algbw * 2(n-1)/n.
+slowest-rank times is reported, with algbw = size/time and busbw = algbw * 2(n-1)/n; the last
+column, loop(us), is the slowest rank's whole timed loop / ITERS (as ringcc-perf).
 
 Ranks find each other through NETLAB_ROOT_ADDR/NETLAB_PORT, NETLAB_RANK and NETLAB_NRANKS
 (set by tools/netlab run), e.g.
@@ -41,7 +42,7 @@ def main():
     torch.set_num_threads(1)
     if rank == 0:
         print("# gloo-allreduce: torch %s all_reduce float32 sum, %d ranks" % (torch.__version__, n))
-        print("#       size         count      type   redop    time(us)  algbw(GB/s)  busbw(GB/s)    #wrong")
+        print("#       size         count      type   redop    time(us)  algbw(GB/s)  busbw(GB/s)    #wrong    loop(us)")
     total_wrong = 0
     size = a.b
     while size <= a.e:
@@ -56,18 +57,21 @@ def main():
         total_wrong += int(wrong)
         for _ in range(a.w):
             dist.all_reduce(t)
-        times = torch.zeros(a.n, dtype=torch.float64)
+        times = torch.zeros(a.n + 1, dtype=torch.float64)  # per iteration, then the loop's
+        loop0 = time.monotonic()
         for k in range(a.n):
             t0 = time.monotonic()
             dist.all_reduce(t)
             times[k] = time.monotonic() - t0
+        times[a.n] = time.monotonic() - loop0
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
         if rank == 0:
-            med = statistics.median(times.tolist())
+            med = statistics.median(times[:a.n].tolist())
+            loop = float(times[a.n]) / a.n
             algbw = count * 4 / med / 1e9
-            print("  %10d  %12d  %8s  %6s  %10.2f  %11.3f  %11.3f  %8d"
+            print("  %10d  %12d  %8s  %6s  %10.2f  %11.3f  %11.3f  %8d  %10.2f"
                   % (count * 4, count, "float32", "sum", med * 1e6, algbw,
-                     algbw * 2 * (n - 1) / n, int(wrong)), flush=True)
+                     algbw * 2 * (n - 1) / n, int(wrong), loop * 1e6), flush=True)
         size *= a.f
     dist.destroy_process_group()
     return 1 if total_wrong else 0

@@ -8,7 +8,8 @@
  * ringcc-perf -i 1 do); the default, 0, reduces into a separate output buffer.
  * Each row: one untimed checked call, WARMUP untimed calls, then ITERS calls timed one by one with
  * CLOCK_MONOTONIC; the per-iteration times are combined with an MPI_MAX allreduce and the median
- * of those slowest-rank times is reported, with algbw = size/time and busbw = algbw * 2(n-1)/n.
+ * of those slowest-rank times is reported, with algbw = size/time and busbw = algbw * 2(n-1)/n;
+ * the last column, loop(us), is the slowest rank's whole timed loop / ITERS (as ringcc-perf).
  * The checked call uses small integers whose sum is exact in float32.
  */
 #include <mpi.h>
@@ -81,7 +82,9 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     float *in = malloc(maxb), *out = malloc(maxb);
-    double *t = malloc(sizeof *t * (size_t)iters), *tmax = malloc(sizeof *t * (size_t)iters);
+    /* Per iteration, then the whole loop's. */
+    double *t = malloc(sizeof *t * ((size_t)iters + 1)),
+           *tmax = malloc(sizeof *t * ((size_t)iters + 1));
     if (!in || !out || !t || !tmax) {
         fprintf(stderr, "mpi-allreduce: out of memory\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -89,7 +92,7 @@ int main(int argc, char **argv)
     if (rank == 0)
         printf("# mpi-allreduce: MPI_Allreduce float32 sum, %d ranks, %s\n"
                "#       size         count      type   redop    time(us)  algbw(GB/s)  busbw(GB/s) "
-               "   #wrong\n",
+               "   #wrong    loop(us)\n",
                n, inplace ? "in-place" : "out-of-place");
     /* In place, every call sums over the previous result, as torch's all_reduce does in
      * gloo-allreduce.py: the values grow (and may reach infinity), which costs nothing. */
@@ -115,19 +118,22 @@ int main(int argc, char **argv)
         total_wrong += all_wrong;
         for (int k = 0; k < warmup; k++)
             MPI_Allreduce(src, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        double loop0 = now();
         for (int k = 0; k < iters; k++) {
             double t0 = now();
             MPI_Allreduce(src, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             t[k] = now() - t0;
         }
-        MPI_Allreduce(t, tmax, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        t[iters] = now() - loop0;
+        MPI_Allreduce(t, tmax, iters + 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (rank == 0) {
+            double loop = tmax[iters] / iters;
             qsort(tmax, (size_t)iters, sizeof *tmax, cmp_double);
             double med = iters % 2 ? tmax[iters / 2] : (tmax[iters / 2 - 1] + tmax[iters / 2]) / 2;
             double algbw = (double)(count * sizeof(float)) / med / 1e9;
-            printf("  %10zu  %12zu  %8s  %6s  %10.2f  %11.3f  %11.3f  %8ld\n",
+            printf("  %10zu  %12zu  %8s  %6s  %10.2f  %11.3f  %11.3f  %8ld  %10.2f\n",
                    count * sizeof(float), count, "float32", "sum", med * 1e6, algbw,
-                   algbw * 2.0 * (n - 1) / n, all_wrong);
+                   algbw * 2.0 * (n - 1) / n, all_wrong, loop * 1e6);
             fflush(stdout);
         }
     }

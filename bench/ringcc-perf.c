@@ -11,7 +11,10 @@
  * one. The time reported is the median over the iterations of the slowest rank's time for that
  * iteration: every rank times each iteration with CLOCK_MONOTONIC, and the per-iteration times
  * are combined with an RCC_MAX allreduce. A median resists the odd descheduled iteration that
- * would skew a mean on a loaded host.
+ * would skew a mean on a loaded host. The last column, loop, is the throughput figure beside it:
+ * the slowest rank's time for the whole timed loop over ITERS, as nccl-tests times (two ranks
+ * that take turns ending late make every iteration's slowest-rank time long without slowing the
+ * loop down).
  *
  * Checking: the inputs are small integers chosen per dtype, op and rank count so that the exact
  * result is representable in every dtype (fp16 and bf16 included) whatever order the library
@@ -230,7 +233,11 @@ static void perf_help(void)
            "and alltoall, 1 for broadcast, reduce and sendrecv (comparable across n);\n"
            "#wrong = elements, over all ranks, that differ from the exact\n"
            "expected value (including a written send buffer out of place, bytes written\n"
-           "past the end, or a reduce's recvbuf written on a rank that is not the root).\n"
+           "past the end, or a reduce's recvbuf written on a rank that is not the root);\n"
+           "loop(us) = the slowest rank's time for its whole timed loop over the\n"
+           "iterations / iterations: the mean time per operation back to back, timed\n"
+           "over the loop as nccl-tests does (throughput: a late end that the next\n"
+           "iteration makes up costs it nothing, unlike time).\n"
            "Exit status: 0 if nothing was wrong, 1 if something was or an error occurred,\n"
            "2 for bad arguments.\n",
            PERF_NAME);
@@ -659,7 +666,7 @@ struct perf_bufs {
     char *send, *recv;        /* maxbytes + canary, page aligned */
     char *in_period;          /* this rank's input, one period (alltoall: scratch) */
     char *exp_period;         /* the expected result, one period (allgather, alltoall: scratch) */
-    double *times, *maxtimes; /* per iteration: this rank's, the slowest rank's */
+    double *times, *maxtimes; /* per iteration, then the whole loop: this rank's, the slowest */
 };
 
 /* The buffers of one call with `count` as passed to the API (per rank for reducescatter and
@@ -872,7 +879,8 @@ static void perf_header(const struct perf_opts *o)
     fprintf(perf_text,
             "# time: median over the iters of each iteration's slowest rank (RCC_MAX of the\n"
             "#   per-rank CLOCK_MONOTONIC times); algbw = size/time; busbw = %s;\n"
-            "#   #wrong: elements differing from the exact result, all ranks, checked untimed\n",
+            "#   #wrong: elements differing from the exact result, all ranks, checked untimed;\n"
+            "#   loop: the slowest rank's whole timed loop / iters (as nccl-tests times)\n",
             factor[o->coll]);
     if (o->coll == PERF_REDUCESCATTER)
         fprintf(perf_text,
@@ -887,8 +895,8 @@ static void perf_header(const struct perf_opts *o)
         fprintf(perf_text,
                 "#   each rank sends count elements to rank+1, receives from rank-1 (one group)\n");
     fprintf(perf_text, "# rank 0: pid %d on %s\n#\n", (int)getpid(), host);
-    fprintf(perf_text, "# %10s  %12s  %8s  %6s  %10s  %11s  %11s  %8s\n", "size", "count", "type",
-            "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    fprintf(perf_text, "# %10s  %12s  %8s  %6s  %10s  %11s  %11s  %8s  %10s\n", "size", "count",
+            "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "loop(us)");
     fflush(perf_text);
 }
 
@@ -924,6 +932,7 @@ static void perf_reports_open(struct perf_reports *rep, const struct perf_opts *
             REPORT_I("check", o->check),
             REPORT_S("mode", o->inplace ? "in-place" : "out-of-place"),
             REPORT_S("time", "median over iters of the slowest rank's time"),
+            REPORT_S("loop", "the slowest rank's timed loop over iters"),
         };
         report_meta(rep->r[k], meta, (int)(sizeof meta / sizeof meta[0]));
         report_meta_env(rep->r[k]);
@@ -932,7 +941,7 @@ static void perf_reports_open(struct perf_reports *rep, const struct perf_opts *
 
 static void perf_reports_row(struct perf_reports *rep, const struct perf_opts *o, size_t bytes,
                              size_t count, rcc_datatype_t dt, const char *redop, double t,
-                             double algbw, double busbw, uint64_t wrong)
+                             double algbw, double busbw, uint64_t wrong, double loop)
 {
     report_field_t row[] = {
         REPORT_S("collective", perf_colls[o->coll].name),
@@ -945,6 +954,7 @@ static void perf_reports_row(struct perf_reports *rep, const struct perf_opts *o
         REPORT_D("algbw_GBps", algbw),
         REPORT_D("busbw_GBps", busbw),
         o->check ? REPORT_I("wrong", wrong) : REPORT_NIL("wrong"),
+        REPORT_D("loop_us", loop * 1e6),
     };
     for (int k = 0; k < 2; k++)
         if (rep->r[k])
@@ -1007,8 +1017,8 @@ int main(int argc, char **argv)
         perf_fail("rcc_comm_register", rc);
     b.in_period = perf_alloc(PERF_PERIOD * sizeof(uint64_t));
     b.exp_period = perf_alloc(PERF_PERIOD * sizeof(uint64_t));
-    b.times = perf_alloc((size_t)o.iters * sizeof(double));
-    b.maxtimes = perf_alloc((size_t)o.iters * sizeof(double));
+    b.times = perf_alloc(((size_t)o.iters + 1) * sizeof(double)); /* + the whole loop's */
+    b.maxtimes = perf_alloc(((size_t)o.iters + 1) * sizeof(double));
 
     int to_stdout =
         (o.json_path && !strcmp(o.json_path, "-")) || (o.csv_path && !strcmp(o.csv_path, "-"));
@@ -1046,15 +1056,18 @@ int main(int argc, char **argv)
                 }
                 for (int k = 0; k < o.warmup; k++)
                     perf_collective(o.coll, c.send, c.recv, count, dt, op, o.root);
+                double loop0 = perf_now();
                 for (int k = 0; k < o.iters; k++) {
                     double t0 = perf_now();
                     perf_collective(o.coll, c.send, c.recv, count, dt, op, o.root);
                     b.times[k] = perf_now() - t0;
                 }
-                perf_allreduce(b.times, b.maxtimes, (size_t)o.iters, RCC_FLOAT64, RCC_MAX);
+                b.times[o.iters] = perf_now() - loop0;
+                perf_allreduce(b.times, b.maxtimes, (size_t)o.iters + 1, RCC_FLOAT64, RCC_MAX);
 
                 if (perf_rank == 0) {
                     double t = perf_median(b.maxtimes, o.iters);
+                    double loop = b.maxtimes[o.iters] / o.iters;
                     double algbw = t > 0 ? (double)bytes / t / 1e9 : 0;
                     double busbw = perf_busbw(o.coll, algbw);
                     char wbuf[32];
@@ -1063,11 +1076,13 @@ int main(int argc, char **argv)
                     else
                         snprintf(wbuf, sizeof wbuf, "N/A");
                     const char *redop = has_op ? rcc_redop_name(op) : "none";
-                    fprintf(perf_text, "  %10zu  %12zu  %8s  %6s  %10.2f  %11.3f  %11.3f  %8s\n",
-                            bytes, count, rcc_datatype_name(dt), redop, t * 1e6, algbw, busbw,
-                            wbuf);
+                    fprintf(perf_text,
+                            "  %10zu  %12zu  %8s  %6s  %10.2f  %11.3f  %11.3f  %8s  %10.2f\n",
+                            bytes, count, rcc_datatype_name(dt), redop, t * 1e6, algbw, busbw, wbuf,
+                            loop * 1e6);
                     fflush(perf_text);
-                    perf_reports_row(&rep, &o, bytes, count, dt, redop, t, algbw, busbw, wrong);
+                    perf_reports_row(&rep, &o, bytes, count, dt, redop, t, algbw, busbw, wrong,
+                                     loop);
                     char what[96];
                     snprintf(what, sizeof what, "%s %s %s %zu bytes: %.3f GB/s busbw",
                              perf_colls[o.coll].name, rcc_datatype_name(dt), redop, bytes, busbw);

@@ -298,7 +298,7 @@ echo "== (c), (d) ringcc-perf under ringcc-run"
 perf_rows() {
     local rows wrong
     rows=$(grep -cE '^\[0\] +[0-9]+ +[0-9]+ ' "$TMP/out" || true)
-    wrong=$(grep -E '^\[0\] +[0-9]+ +[0-9]+ ' "$TMP/out" | awk '$NF != "0"' | wc -l)
+    wrong=$(grep -E '^\[0\] +[0-9]+ +[0-9]+ ' "$TMP/out" | awk '$9 != "0"' | wc -l) # [0] size ... #wrong
     if [[ $rows -ne $1 ]]; then
         fail "$2: $rows result rows, expected $1"
         return 1

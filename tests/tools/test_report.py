@@ -7,6 +7,7 @@ Checks: the JSON parses, holds the metadata and one row per size with the table'
 numbers; the CSV has the same rows; '--json -' moves the table to stderr; the SVG parses
 as XML and has both axis labels, a legend entry per series and link, and a line per series.
 With RINGCC_LINKPERF: its --json/--csv rows equal its table, and the plot takes them too.
+compare_report.py turns a made-up comparison CSV into the table and ratios worked out here.
 """
 import csv
 import json
@@ -51,6 +52,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check(len(table) == len(rows) and all(
         int(t[0]) == r["size"] and abs(float(t[6]) - r["busbw_GBps"]) <= 0.0015
         for t, r in zip(table, rows)), "JSON rows hold the table's numbers")
+    check(all(len(t) == 9 and r["loop_us"] > 0 and abs(float(t[8]) - r["loop_us"]) <= 0.006
+              for t, r in zip(table, rows)), "the loop time: last column, in the JSON too")
     check(doc["summary"]["wrong"] == 0 and "RCC_SECRET" not in doc["meta"]["env"],
           "JSON summary; the job secret is left out")
     lines = open(cs).read().splitlines()
@@ -139,5 +142,22 @@ with tempfile.TemporaryDirectory() as tmp:
     bad = subprocess.run([sys.executable, plot, os.path.join(root, "README.md")],
                          capture_output=True, text=True)
     check(bad.returncode != 0, "a file with no table is refused")
+
+    # compare_report.py: both figures per size, and ratios worked out here. Rounds 2 and 3 of
+    # ringcc are read as medians (64 KiB: time 850, loop 826 us; ompi 836 and 841).
+    cmp_csv, prefix = os.path.join(tmp, "cmp.csv"), os.path.join(tmp, "cmp")
+    with open(cmp_csv, "w") as f:
+        f.write("round,impl,bytes,time_us,busbw_gbs,wrong,loop_us\n"
+                "1,iperf3-single,0,0,0.118,0,0\n1,iperf3-ring,0,0,0.117,0,0\n"
+                "1,ringcc,65536,850,0.11566,0,826\n2,ringcc,65536,900,0.10923,0,900\n"
+                "3,ringcc,65536,800,0.12288,0,800\n1,ompi,65536,836,0.11759,0,841\n")
+    p = subprocess.run([sys.executable, os.path.join(root, "bench", "compare_report.py"), cmp_csv,
+                        prefix, "4", "1gbit", "cmd", "in-place"], capture_output=True, text=True,
+                       timeout=60)
+    md = open(prefix + ".md").read() if p.returncode == 0 else p.stderr
+    loop_ratio = 841 / 826  # busbw ratio = inverse time ratio
+    check("| 64 KiB | 850.0 | 0.1157 | 826.0 | 836.0 | 0.1176 | 841.0 | 0.98 | %.2f |" % loop_ratio
+          in md and "busbw by loop ratio: %.2f at 64 KiB" % loop_ratio in md,
+          "compare_report.py: a row with both figures and both ratios: %s" % md)
 
 sys.exit(1 if failures else 0)
