@@ -106,6 +106,12 @@ else
     echo "skip: shaping check (no iperf3)"
 fi
 lnum=$(sed -nE 's/^lab_num=([0-9]+)$/\1/p' "/run/netlab/$LAB")
+check "its buckets: 128 KiB at 100mbit (2 ms at the rate is less)" \
+    sh -c "grep -qx 'lab_burst=131072' /run/netlab/$LAB && '$NETLAB' exec '$LAB' 2 tc qdisc show dev lab0 | grep -q 'tbf .*rate 100Mbit burst 128Kb'"
+"$NETLAB" up -n 2 -r 1gbit -b 12 "${LAB}b" >"$TMP/burst.out" 2>&1
+st=$?
+check "a bucket under one frame is refused (status 2), no lab made" \
+    sh -c "test $st -eq 2 && grep -q \"bad burst '12'\" '$TMP/burst.out' && test ! -e /run/netlab/${LAB}b"
 check "list shows the lab" sh -c "'$NETLAB' list | grep -q '^$LAB: 3 ranks'"
 check "down" "$NETLAB" down "$LAB"
 check "... removes everything" lab_gone "$lnum"
