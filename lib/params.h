@@ -111,7 +111,9 @@
       "1: a blocking call on an idle communicator runs on the caller's thread, not the progress "  \
       "thread (no hand-offs); 0: always the progress thread")                                      \
     X(SPIN_US, INT, "50", 0, 1000000,                                                              \
-      "microseconds a waiting thread polls its connections (yielding) before it sleeps")
+      "microseconds a waiting thread polls its connections (yielding) before it sleeps; a "        \
+      "blocking call's own thread polls up to 4 times as long while its recent waits were that "   \
+      "long")
 
 typedef enum {
 #define PARAM_ID_(id, kind, def, min, max, desc) RCCI_PARAM_##id,
