@@ -29,8 +29,11 @@ def load(path, nranks):
             if impl.startswith("iperf3"):
                 link[impl].append(float(row["busbw_gbs"]))
                 continue
-            times[impl, size].append(float(row["time_us"]))
-            bws[impl, size].append(float(row["busbw_gbs"]))
+            # busbw from the time, not the CSV's rounded column: at 1 Gbit/s its three
+            # decimals cannot tell 0.994x from 1.00x.
+            t = float(row["time_us"])
+            times[impl, size].append(t)
+            bws[impl, size].append(size / t / 1e3 * 2 * (nranks - 1) / nranks if t > 0 else 0.0)
             loop = float(row.get("loop_us") or 0)  # tables before it have none
             if loop > 0:
                 loops[impl, size].append(loop)
