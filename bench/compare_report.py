@@ -20,6 +20,11 @@ from plot_busbw import human
 IMPLS = ["ringcc", "ompi", "ompi-ring", "gloo"]
 
 
+def busbw(size, us, nranks):
+    """An allreduce's bus bandwidth, GB/s, from its size in bytes and time in us."""
+    return size / us / 1e3 * 2 * (nranks - 1) / nranks if us > 0 else 0.0
+
+
 def load(path, nranks):
     times, bws, link, wrong = defaultdict(list), defaultdict(list), defaultdict(list), 0
     loops, loop_bws = defaultdict(list), defaultdict(list)
@@ -33,11 +38,11 @@ def load(path, nranks):
             # decimals cannot tell 0.994x from 1.00x.
             t = float(row["time_us"])
             times[impl, size].append(t)
-            bws[impl, size].append(size / t / 1e3 * 2 * (nranks - 1) / nranks if t > 0 else 0.0)
+            bws[impl, size].append(busbw(size, t, nranks))
             loop = float(row.get("loop_us") or 0)  # tables before it have none
             if loop > 0:
                 loops[impl, size].append(loop)
-                loop_bws[impl, size].append(size / loop / 1e3 * 2 * (nranks - 1) / nranks)
+                loop_bws[impl, size].append(busbw(size, loop, nranks))
             wrong += int(row["wrong"]) if row["wrong"].isdigit() else 0
     med = lambda d: {k: statistics.median(v) for k, v in d.items()}
     return (med(times), med(bws), med(loops), med(loop_bws), med(link), wrong,
