@@ -111,6 +111,7 @@ typedef struct {
     int64_t window_bytes;     /* RCC_CUDAIPC_WINDOW_BYTES: a window message each way, or none */
     int32_t cpus;             /* online CPUs of this rank's host (rcci_rd_leaders) */
     int32_t rd_leaders;       /* RCC_RD_LEADERS: 0 for auto */
+    int32_t rd_move;          /* RCC_RD_MOVE_LEADERS */
     /* What every rank must cut and choose alike: checked here, by name, rather
      * than found later as a message of the wrong size or algorithm. */
     int64_t chunk_bytes;     /* RCC_CHUNK_BYTES or config.chunk_bytes, resolved */
@@ -156,6 +157,7 @@ static rcc_result_t comm_alike_all(const comm_peer_t *theirs, const comm_peer_t 
         {"RCC_CUDAIPC_WINDOW_BYTES", theirs->window_bytes, me->window_bytes},
         {"RCC_DEVICE_PIPELINE (resolved)", theirs->dev_pipeline, me->dev_pipeline},
         {"RCC_RD_LEADERS", theirs->rd_leaders, me->rd_leaders},
+        {"RCC_RD_MOVE_LEADERS", theirs->rd_move, me->rd_move},
         {"the chunk size (RCC_CHUNK_BYTES or config.chunk_bytes, a multiple of 64)",
          theirs->chunk_bytes, me->chunk_bytes},
         {"RCC_CHECKSUM", theirs->checksum, me->checksum},
@@ -272,13 +274,28 @@ static rcc_result_t comm_choose_rd_leaders(struct rcc_comm *comm, const comm_pee
     int p = asked > 0 ? (asked < all ? asked : all) : rcci_rd_leaders(n, host, cpus);
     for (int r = 0; r < n; r++)
         here += host[r] == host[comm->rank];
+    /* One leader has nobody to share a CPU with. */
+    int move = p < all && p > 1 && peers[comm->rank].rd_move;
     if (p < all)
         RCC_INFO("small allreduces: %d of %d ranks run recursive doubling, the others hand them "
-                 "their inputs (%s; this host: %d ranks, %d CPUs)",
+                 "their inputs (%s; this host: %d ranks, %d CPUs)%s",
                  p, n, asked ? "RCC_RD_LEADERS" : "a host has more ranks than CPUs", here,
-                 (int)peers[comm->rank].cpus);
+                 (int)peers[comm->rank].cpus,
+                 move ? "; a leader sharing a CPU with another hands the lead on" : "");
     comm->rd_leaders = p;
-    free(host), free(cpus);
+    free(cpus);
+    if (move) {
+        comm->rd_lead = malloc((size_t)p * sizeof *comm->rd_lead);
+        if (!comm->rd_lead) {
+            free(host);
+            return rcci_error(RCC_ERR_NO_MEMORY, "leader table of %d groups", p);
+        }
+        for (int g = 0; g < p; g++) /* at first each group's last rank leads */
+            comm->rd_lead[g] = rcci_rd_group_start(n, p, g + 1) - 1;
+        comm->rd_host = host, host = NULL;
+        comm->rd_move = 1;
+    }
+    free(host);
     return RCC_SUCCESS;
 }
 
@@ -338,6 +355,7 @@ static rcc_result_t comm_connect_ring(struct rcc_comm *comm)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     me->cpus = cpus > 0 && cpus < INT32_MAX ? (int32_t)cpus : 1;
     me->rd_leaders = (int32_t)rcci_param_int(RCCI_PARAM_RD_LEADERS);
+    me->rd_move = (int32_t)rcci_param_int(RCCI_PARAM_RD_MOVE_LEADERS);
     me->chunk_bytes = (int64_t)comm->chunk_bytes;
     me->algo = comm->algo_forced ? (int32_t)comm->algo : -1;
     me->checksum = (int32_t)rcci_param_int(RCCI_PARAM_CHECKSUM);
@@ -507,6 +525,8 @@ static void comm_free(struct rcc_comm *comm)
     free(comm->heard);
     free(comm->heard_valid);
     free(comm->fusion_cache);
+    free(comm->rd_lead);
+    free(comm->rd_host);
     pthread_mutex_destroy(&comm->lock);
     pthread_mutex_destroy(&comm->reg_lock);
     pthread_cond_destroy(&comm->cond);

@@ -162,6 +162,12 @@ struct rcc_comm {
     int algo_forced;            /* RCC_ALGO named an algorithm (else auto) ... */
     rcci_allreduce_algo_t algo; /* ... this one */
     int rd_leaders;             /* ranks that run recursive doubling's rounds (rcci_rd_leaders) */
+    /* Fewer leaders than ranks, and RCC_RD_MOVE_LEADERS: the leaders follow
+     * the ranks' CPUs (coll/allreduce_rounds.c). rd_lead[g]: group g's
+     * leader as this rank knows it; rd_host[r]: rank r's host. */
+    int rd_move;
+    int *rd_lead;
+    uint64_t *rd_host;
     rcci_bootstrap_t *bootstrap;
 
     /* Transports in use: one context per transport of rcci_transports[]. */
@@ -498,6 +504,16 @@ rcci_allreduce_algo_t rcci_allreduce_algo(const struct rcc_comm *comm, size_t by
  * CPUs. host[r] and cpus[r]: rank r's host and the CPUs it sees. The same
  * answer on every rank given the same tables. */
 int rcci_rd_leaders(int n, const uint64_t *host, const int *cpus);
+/* Where p leaders of n ranks (groups as rcci_rd_leaders's) share CPUs:
+ * lead[g] (group g's leader, a rank of the group) moves to a rank of group g
+ * whose CPU no other leader of its host uses, for each g in order whose
+ * leader shares its host and CPU with another group's. cpu[r]: rank r's CPU,
+ * RCCI_CPU_UNKNOWN for none (never shared); host[r]: its host. Returns the
+ * leaders moved. */
+#define RCCI_CPU_UNKNOWN UINT32_MAX
+int rcci_rd_move_leaders(int n, int p, const uint64_t *host, const uint32_t *cpu, int *lead);
+/* Group g's first rank among n ranks under p leaders (g = p: n). */
+int rcci_rd_group_start(int n, int p, int g);
 /* Starts one of the round-based ones (not the ring). */
 rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
                                          rcci_allreduce_algo_t algo, rcci_exec_t **exec);

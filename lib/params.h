@@ -98,6 +98,11 @@
       "ranks that run recursive doubling's exchanges (a power of two; the others hand their "      \
       "input to one of them and get the result back); 0: auto, the most unless a host would run "  \
       "more of them than it has CPUs; must be the same on every rank")                             \
+    X(RD_MOVE_LEADERS, INT, "1", 0, 1,                                                             \
+      "1: where recursive doubling runs among fewer leaders than ranks, a leader that shares a "   \
+      "CPU with another leader of its host hands the lead to a rank of its group on another CPU "  \
+      "(the operations carry the ranks' CPUs; the results do not depend on who leads); 0: the "    \
+      "leaders stay put; must be the same on every rank")                                          \
     X(SMALL_MAX_BYTES, INT, "8K", 0, 1ll << 30,                                                    \
       "largest allreduce (bytes per rank) that auto runs by recursive doubling; must be the same " \
       "on every rank")                                                                             \

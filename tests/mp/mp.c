@@ -88,6 +88,18 @@ int mp_quick(void)
     return q && *q && strcmp(q, "0") != 0;
 }
 
+int mp_file_has(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "r");
+    char line[2048];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = strstr(line, text) != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
 int mp_max_ranks(void)
 {
     const char *m = getenv("RCC_TEST_MAX_RANKS");

@@ -40,6 +40,9 @@ int mp_root_port(void);
 /* Memory shared by the ranks of one run (zeroed at start). */
 void *mp_shared(size_t *size);
 
+/* Whether the file at `path` (a log, say) has a line holding `text`. */
+int mp_file_has(const char *path, const char *text);
+
 /* Rank 0 makes a unique id and every rank gets it (MPI_Bcast style, via the
  * shared memory); `slot` distinguishes several ids in one run. */
 rcc_result_t mp_bcast_unique_id(int rank, int slot, rcc_unique_id_t *id);

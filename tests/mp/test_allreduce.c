@@ -6,6 +6,7 @@
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,6 +391,92 @@ static int rank_rd_leaders(int rank, int n, void *arg)
     return rank_identical_bits(rank, n, "rd");
 }
 
+/* Leaders that follow the CPUs (RCC_RD_MOVE_LEADERS, on by default): the
+ * ranks pin themselves to two CPUs, first so that recursive doubling's two
+ * leaders share one, then in other placements, operation after operation.
+ * Every result must be right, and a float32 sum of random values must have
+ * the same bits whoever leads; the first leader must log its move. */
+#define MOVE_PLACEMENTS 12
+
+/* Placement k: rank r on CPU 0 or 1 of the two (0: the two first leaders
+ * on CPU 0, the rest on 1; then a mix from k and r). */
+static int move_cpu(int k, int r, int n)
+{
+    if (k == 0)
+        return r == (n + 1) / 2 - 1 || r == n - 1 ? 0 : 1; /* the leaders of 2 groups */
+    return (int)(((unsigned)(k * 2654435761u) ^ (unsigned)(r * 40503u)) >> 7 & 1);
+}
+
+static int rank_rd_moving(int rank, int n, void *arg)
+{
+    const char *logdir = arg;
+    char path[256];
+    snprintf(path, sizeof path, "%s/rank%d.log", logdir, rank);
+    setenv("RCC_ALGO", "rd", 1);
+    setenv("RCC_RD_LEADERS", "2", 1);
+    setenv("RCC_DEBUG", "TRACE", 1);
+    setenv("RCC_DEBUG_SUBSYS", "coll", 1);
+    setenv("RCC_DEBUG_FILE", path, 1);
+    cpu_set_t mask, one;
+    int cpu[2], ncpus = 0;
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0)
+        for (int c = 0; c < CPU_SETSIZE && ncpus < 2; c++)
+            if (CPU_ISSET(c, &mask))
+                cpu[ncpus++] = c;
+    rcc_comm_t comm = mp_comm(60000);
+    size_t count = 257;
+    float *x = malloc(count * sizeof *x), *first = malloc(count * sizeof *x);
+    int bad = 0, pinned = ncpus == 2;
+    for (int k = 0; k < MOVE_PLACEMENTS && !bad; k++) {
+        if (pinned) {
+            CPU_ZERO(&one);
+            CPU_SET(cpu[move_cpu(k, rank, n)], &one);
+            pinned = sched_setaffinity(0, sizeof one, &one) == 0;
+        }
+        for (int rep = 0; rep < 3; rep++) { /* the first reports the CPUs; moves show after */
+            bad |= check_one(comm, rank, n, 1 + (size_t)(k * 37 + rep) % 300,
+                             (rcc_datatype_t)((k + rep) % RCC_NUM_DATATYPES),
+                             (rcc_redop_t)(k % RCC_NUM_OPS), rep & 1);
+            srand(99 + (unsigned)rank);
+            for (size_t i = 0; i < count; i++)
+                x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+            if (rcc_allreduce(x, x, count, RCC_FLOAT32, RCC_SUM, comm) != RCC_SUCCESS)
+                MP_FAIL("allreduce: %s", rcc_last_error(comm));
+            if (k == 0 && rep == 0)
+                memcpy(first, x, count * sizeof *x);
+            else if (memcmp(first, x, count * sizeof *x) != 0)
+                MP_FAIL("placement %d: a float32 sum's bits changed with the leaders", k);
+        }
+    }
+    if (ncpus == 2)
+        sched_setaffinity(0, sizeof mask, &mask);
+    rcc_comm_destroy(comm);
+    free(x), free(first);
+    if (bad)
+        MP_FAIL("wrong results while the leaders moved");
+    if (!pinned) {
+        if (rank == 0)
+            printf("rd_leaders_move: %s: results checked, moves not forced\n",
+                   ncpus < 2 ? "fewer than 2 CPUs" : "sched_setaffinity refused");
+        return 0;
+    }
+    /* Placement 0 put both leaders on one CPU: each of them moved one. */
+    if (rank == n - 1 && !mp_file_has(path, "moved off a shared CPU"))
+        MP_FAIL("%s: no leader moved though two shared a CPU", path);
+    return 0;
+}
+
+START_TEST(rd_leaders_move)
+{
+    char logdir[] = "/tmp/rcc-rdmove-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(logdir));
+    ck_assert_int_eq(mp_run(_i, rank_rd_moving, logdir, 300), 0);
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", logdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* Every count of leaders from 1 up to the ranks (a larger one means all). */
 START_TEST(rd_leaders_forced)
 {
@@ -763,6 +850,7 @@ static Suite *allreduce_suite(void)
     tcase_add_loop_test(algos, ring_algorithm_forced, 1, 6);
     tcase_add_loop_test(algos, rd_algorithm_forced, 1, 9);
     tcase_add_loop_test(algos, rd_leaders_forced, 1, 9);
+    tcase_add_loop_test(algos, rd_leaders_move, 4, 8);
     tcase_add_loop_test(algos, rabenseifner_algorithm_forced, 1, 9);
     tcase_add_loop_test(algos, twostep_algorithm_forced, 1, 9);
     tcase_add_loop_test(algos, direct_algorithm_forced, 1, 6);

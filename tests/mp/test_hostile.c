@@ -682,19 +682,6 @@ static int hostile_rank(int rank, int n, void *varg)
 
 /* ---- the tests -------------------------------------------------------------- */
 
-/* Whether the log file holds `text`. */
-static int log_has(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "r");
-    char line[2048];
-    int found = 0;
-    while (f && !found && fgets(line, sizeof line, f))
-        found = strstr(line, text) != NULL;
-    if (f)
-        fclose(f);
-    return found;
-}
-
 static void run_scenario(int scenario)
 {
     hostile_arg_t arg = {.scenario = scenario};
@@ -706,7 +693,7 @@ static void run_scenario(int scenario)
     for (int r = 0; r < (scenario == SC_ROOT ? 1 : JOB_RANKS); r++) {
         char path[128];
         snprintf(path, sizeof path, "%s/rank%d.log", arg.logdir, r);
-        if (!log_has(path, "refused a connection from")) {
+        if (!mp_file_has(path, "refused a connection from")) {
             fprintf(stderr, "%s: no warning about a refused connection\n", path);
             missing++;
         }
@@ -714,7 +701,7 @@ static void run_scenario(int scenario)
             /* The rendezvous ends, closing its strangers, before 10 s. */
             if (scenario == SC_ROOT && cases[c].within_s == SLOW_S && c != C_FLOOD)
                 continue;
-            if (cases[c].log && !log_has(path, cases[c].log)) {
+            if (cases[c].log && !mp_file_has(path, cases[c].log)) {
                 fprintf(stderr, "%s: no line says '%s' (%s)\n", path, cases[c].log, cases[c].name);
                 missing++;
             }

@@ -397,6 +397,98 @@ START_TEST(rd_leaders_fit_the_cpus)
 }
 END_TEST
 
+#define U RCCI_CPU_UNKNOWN
+
+/* Leaders sharing a host and a CPU, counted in pairs. */
+static int shared_pairs(int p, const uint64_t *host, const uint32_t *cpu, const int *lead)
+{
+    int pairs = 0;
+    for (int g = 0; g < p; g++)
+        for (int h = g + 1; h < p; h++)
+            pairs +=
+                cpu[lead[g]] != U && host[lead[g]] == host[lead[h]] && cpu[lead[g]] == cpu[lead[h]];
+    return pairs;
+}
+
+START_TEST(rd_leaders_move_off_shared_cpus)
+{
+    static const uint64_t one[8] = {5, 5, 5, 5, 5, 5, 5, 5};
+    /* 4 ranks, 2 groups {0,1} {2,3}: leaders 1 and 3 on CPU 1; group 0
+     * hands the lead to rank 0, on CPU 0. */
+    const uint32_t c1[4] = {0, 1, 0, 1};
+    int lead[4] = {1, 3};
+    ck_assert_int_eq(rcci_rd_move_leaders(4, 2, one, c1, lead), 1);
+    ck_assert_int_eq(lead[0], 0);
+    ck_assert_int_eq(lead[1], 3);
+    ck_assert_int_eq(rcci_rd_move_leaders(4, 2, one, c1, lead), 0); /* and stays */
+    /* Leaders apart already, all ranks on one CPU, CPUs unknown: nothing moves. */
+    const uint32_t c2[4] = {0, 1, 1, 0}, c3[4] = {0, 0, 0, 0}, c4[4] = {U, U, U, U};
+    const uint32_t *still[] = {c2, c3, c4};
+    for (int i = 0; i < 3; i++) {
+        lead[0] = 1, lead[1] = 3;
+        ck_assert_int_eq(rcci_rd_move_leaders(4, 2, one, still[i], lead), 0);
+        ck_assert(lead[0] == 1 && lead[1] == 3);
+    }
+    /* The same CPU number on two hosts is two CPUs. */
+    const uint64_t two[4] = {1, 1, 2, 2};
+    lead[0] = 1, lead[1] = 3;
+    ck_assert_int_eq(rcci_rd_move_leaders(4, 2, two, c3, lead), 0);
+    /* 8 ranks, 4 groups of 2, 4 CPUs; leaders 1, 3, 5, 7 all on CPU 0:
+     * groups 1-3 move to their first ranks, on CPUs 1-3 (group 0's first
+     * rank is on CPU 0 too, so group 0 keeps its leader). */
+    const uint32_t c8[8] = {0, 0, 1, 0, 2, 0, 3, 0};
+    int lead8[4] = {1, 3, 5, 7};
+    ck_assert_int_eq(rcci_rd_move_leaders(8, 4, one, c8, lead8), 3);
+    ck_assert(lead8[0] == 1 && lead8[1] == 2 && lead8[2] == 4 && lead8[3] == 6);
+    ck_assert_int_eq(shared_pairs(4, one, c8, lead8), 0);
+    /* Uneven groups (7 ranks, 2 leaders: {0,1,2,3} {4,5,6}) and random
+     * placements on 1-4 CPUs and 1-2 hosts: each leader stays in its group,
+     * the count is what changed, no more pairs share than before, and where
+     * any still does, no rank of its group was free. */
+    uint64_t seed = 12345;
+    for (int t = 0; t < 20000; t++) {
+        int n = 2 + t % 15, p = 1;
+        while (2 * p <= n / 2)
+            p *= 2;
+        p = p > 1 && t % 3 == 0 ? p / 2 : p;
+        uint64_t host[16];
+        uint32_t cpu[16];
+        int cpus = 1 + t % 4, hosts = 1 + t % 2, before[16], after[16];
+        for (int r = 0; r < n; r++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            host[r] = (uint64_t)(1 + (seed >> 40) % (uint64_t)hosts);
+            cpu[r] = (seed >> 20) % 11 == 0 ? U : (uint32_t)((seed >> 50) % (uint64_t)cpus);
+        }
+        for (int g = 0; g < p; g++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            int lo = rcci_rd_group_start(n, p, g), size = rcci_rd_group_start(n, p, g + 1) - lo;
+            before[g] = after[g] = lo + (int)((seed >> 33) % (uint64_t)size);
+        }
+        int moved = rcci_rd_move_leaders(n, p, host, cpu, after), changed = 0;
+        for (int g = 0; g < p; g++) {
+            ck_assert(after[g] >= rcci_rd_group_start(n, p, g) &&
+                      after[g] < rcci_rd_group_start(n, p, g + 1));
+            changed += after[g] != before[g];
+        }
+        ck_assert_int_eq(moved, changed);
+        ck_assert_int_le(shared_pairs(p, host, cpu, after), shared_pairs(p, host, cpu, before));
+        for (int g = 0; g < p; g++) {
+            int shares = 0;
+            for (int h = 0; h < p; h++)
+                shares |= h != g && cpu[after[g]] != U && host[after[h]] == host[after[g]] &&
+                          cpu[after[h]] == cpu[after[g]];
+            for (int r = rcci_rd_group_start(n, p, g);
+                 shares && r < rcci_rd_group_start(n, p, g + 1); r++) {
+                int free_cpu = cpu[r] != U;
+                for (int h = 0; h < p && free_cpu; h++)
+                    free_cpu = h == g || host[after[h]] != host[r] || cpu[after[h]] != cpu[r];
+                ck_assert_msg(!free_cpu, "case %d: group %d's rank %d was free", t, g, r);
+            }
+        }
+    }
+}
+END_TEST
+
 static Suite *ring_suite(void)
 {
     Suite *s = suite_create("ring_schedule");
@@ -408,6 +500,7 @@ static Suite *ring_suite(void)
     tcase_add_test(tc, simulated_ring_reduces_correctly);
     tcase_add_test(tc, every_schedule_simulated);
     tcase_add_test(tc, rd_leaders_fit_the_cpus);
+    tcase_add_test(tc, rd_leaders_move_off_shared_cpus);
     suite_add_tcase(s, tc);
     return s;
 }
