@@ -395,7 +395,8 @@ static int rank_rd_leaders(int rank, int n, void *arg)
  * ranks pin themselves to two CPUs, first so that recursive doubling's two
  * leaders share one, then in other placements, operation after operation.
  * Every result must be right, and a float32 sum of random values must have
- * the same bits whoever leads; the first leader must log its move. */
+ * the same bits whoever leads; the last rank, a leader from the start, must
+ * log the move. */
 #define MOVE_PLACEMENTS 12
 
 /* Placement k: rank r on CPU 0 or 1 of the two (0: the two first leaders
@@ -460,7 +461,7 @@ static int rank_rd_moving(int rank, int n, void *arg)
                    ncpus < 2 ? "fewer than 2 CPUs" : "sched_setaffinity refused");
         return 0;
     }
-    /* Placement 0 put both leaders on one CPU: each of them moved one. */
+    /* Placement 0 put both leaders on one CPU: both log the move. */
     if (rank == n - 1 && !mp_file_has(path, "moved off a shared CPU"))
         MP_FAIL("%s: no leader moved though two shared a CPU", path);
     return 0;
