@@ -293,7 +293,6 @@ static rcc_result_t comm_choose_rd_leaders(struct rcc_comm *comm, const comm_pee
         for (int g = 0; g < p; g++) /* at first each group's last rank leads */
             comm->rd_lead[g] = rcci_rd_group_start(n, p, g + 1) - 1;
         comm->rd_host = host, host = NULL;
-        comm->rd_move = 1;
     }
     free(host);
     return RCC_SUCCESS;

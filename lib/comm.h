@@ -163,9 +163,8 @@ struct rcc_comm {
     rcci_allreduce_algo_t algo; /* ... this one */
     int rd_leaders;             /* ranks that run recursive doubling's rounds (rcci_rd_leaders) */
     /* Fewer leaders than ranks, and RCC_RD_MOVE_LEADERS: the leaders follow
-     * the ranks' CPUs (coll/allreduce_rounds.c). rd_lead[g]: group g's
-     * leader as this rank knows it; rd_host[r]: rank r's host. */
-    int rd_move;
+     * the ranks' CPUs (coll/allreduce_rounds.c); NULL otherwise. rd_lead[g]:
+     * group g's leader as this rank knows it; rd_host[r]: rank r's host. */
     int *rd_lead;
     uint64_t *rd_host;
     rcci_bootstrap_t *bootstrap;

@@ -36,7 +36,7 @@
  * For the same reason two leaders that the scheduler put on one CPU take
  * turns where they should run at once (4 ranks on 2 CPUs: 70 against 41 us
  * for 8 bytes), and the scheduler keeps a placement for thousands of
- * operations. So where leaders are fewer than ranks (comm->rd_move) every
+ * operations. So where leaders are fewer than ranks (comm->rd_lead) every
  * message of rd carries a trailer: a member's CPU to its leader, the CPUs
  * its block of groups reported from leader to leader (an allgather riding
  * on the rounds), and from leader to member every group's leader for the
@@ -120,7 +120,7 @@ typedef struct {
                   * members' inputs, then what a round brings */
     size_t slot; /* the stride of the members' inputs in tmp */
     char *rd_in; /* what an rd round (or, with move, the unfold) brings */
-    /* With move (comm->rd_move): */
+    /* With move (comm->rd_lead): */
     int move;
     char *stage;   /* outgoing data and its trailer */
     uint32_t *cpu; /* every rank's CPU as reported (at leaders, complete after the rounds) */
@@ -391,7 +391,7 @@ int rcci_rd_move_leaders(int n, int p, const uint64_t *host, const uint32_t *cpu
     return moved;
 }
 
-/* ---- the trailers of moving leaders (comm->rd_move) ---------------------- */
+/* ---- the trailers of moving leaders (comm->rd_lead) ---------------------- */
 
 #define TRAILER_WORD 4 /* a CPU or a rank, little-endian */
 
@@ -626,8 +626,8 @@ rcc_result_t rcci_rounds_allreduce_start(struct rcc_comm *comm, rcci_op_t *op,
     int group = group_of(n, p, r), group_lo = group_start(n, p, group);
     int group_n = group_start(n, p, group + 1) - group_lo;
     /* Leaders that follow the CPUs: only where recursive doubling folds
-     * (comm->rd_leaders is then p; never for RCC_ALGO=rabenseifner). */
-    int move = algo == RCCI_ALLREDUCE_RD && comm->rd_move && p == comm->rd_leaders;
+     * (p is then comm->rd_leaders; never for RCC_ALGO=rabenseifner). */
+    int move = algo == RCCI_ALLREDUCE_RD && comm->rd_lead;
     /* direct: every rank's input; twostep: every rank's part of this rank's
      * block; the others: a leader's members' inputs, at least one buffer
      * (rabenseifner's rounds need at most half); with move each input has
