@@ -350,9 +350,14 @@ static rcc_result_t bs_connect_ring(rcci_bootstrap_t *bs, int64_t deadline)
         /* Connecting first cannot deadlock: the kernel completes the
          * handshake and buffers the hello before the peer accepts. */
         res = rcci_sock_connect(&bs->peers[next], deadline, 1, NULL, &bs->next_fd);
-        if (res != RCC_SUCCESS) { /* name the rank: its address alone says little */
-            rcci_error_prefix("connecting the bootstrap ring to rank %d%s: ", next,
-                              next == 0 ? " (the root)" : "");
+        if (res != RCC_SUCCESS) {
+            /* Name the rank, its address alone says little, in a new error
+             * rather than a prefix: the cause is what a notice tells the
+             * other ranks, and they need the name too. */
+            char why[256];
+            snprintf(why, sizeof why, "%s", rcci_tls_error());
+            res = rcci_error(res, "connecting the bootstrap ring to rank %d%s: %s", next,
+                             next == 0 ? " (the root)" : "", why);
             goto out;
         }
         RCC_CHECK(rcci_hello_send(bs->next_fd, &hello, bs->secret, deadline));
