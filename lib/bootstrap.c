@@ -329,8 +329,11 @@ static rcc_result_t bs_meet_root(rcci_bootstrap_t *bs, const rcci_id_t *id, int6
     RCC_CHECK(rcci_sock_recv_all(fd, table, (size_t)bs->nranks * WIRE_ADDR_BYTES, deadline));
     RCC_CHECK(rcci_root_table_decode(table, bs->nranks, bs->peers));
 out:
-    if (res != RCC_SUCCESS && !root_said)
-        rcci_error_prefix("meeting the root %s: ", root);
+    if (res != RCC_SUCCESS && !root_said) { /* in the cause: see bs_connect_ring */
+        char why[256];
+        snprintf(why, sizeof why, "%s", rcci_tls_error());
+        res = rcci_error(res, "meeting the root %s: %s", root, why);
+    }
     if (fd >= 0)
         close(fd);
     free(table);
