@@ -329,11 +329,8 @@ static rcc_result_t bs_meet_root(rcci_bootstrap_t *bs, const rcci_id_t *id, int6
     RCC_CHECK(rcci_sock_recv_all(fd, table, (size_t)bs->nranks * WIRE_ADDR_BYTES, deadline));
     RCC_CHECK(rcci_root_table_decode(table, bs->nranks, bs->peers));
 out:
-    if (res != RCC_SUCCESS && !root_said) { /* in the cause: see bs_connect_ring */
-        char why[256];
-        snprintf(why, sizeof why, "%s", rcci_tls_error());
-        res = rcci_error(res, "meeting the root %s: %s", root, why);
-    }
+    if (res != RCC_SUCCESS && !root_said) /* in the cause: see bs_connect_ring */
+        res = rcci_error_prefix_cause(res, "meeting the root %s: ", root);
     if (fd >= 0)
         close(fd);
     free(table);
@@ -354,13 +351,11 @@ static rcc_result_t bs_connect_ring(rcci_bootstrap_t *bs, int64_t deadline)
          * handshake and buffers the hello before the peer accepts. */
         res = rcci_sock_connect(&bs->peers[next], deadline, 1, NULL, &bs->next_fd);
         if (res != RCC_SUCCESS) {
-            /* Name the rank, its address alone says little, in a new error
-             * rather than a prefix: the cause is what a notice tells the
-             * other ranks, and they need the name too. */
-            char why[256];
-            snprintf(why, sizeof why, "%s", rcci_tls_error());
-            res = rcci_error(res, "connecting the bootstrap ring to rank %d%s: %s", next,
-                             next == 0 ? " (the root)" : "", why);
+            /* Name the rank, its address alone says little, in the cause
+             * too: that is what a notice tells the other ranks, and they
+             * need the name. */
+            res = rcci_error_prefix_cause(res, "connecting the bootstrap ring to rank %d%s: ", next,
+                                          next == 0 ? " (the root)" : "");
             goto out;
         }
         RCC_CHECK(rcci_hello_send(bs->next_fd, &hello, bs->secret, deadline));

@@ -57,13 +57,10 @@ rcc_result_t rcci_error_errno(rcc_result_t code, int err, const char *fmt, ...)
     return code;
 }
 
-void rcci_error_prefix(const char *fmt, ...)
+static void err_vprefix(const char *fmt, va_list ap)
 {
     char prefix[256], old[RCCI_ERR_TEXT_BYTES];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
-    va_end(ap);
     memcpy(old, err_tls, sizeof old);
     size_t plen = strlen(prefix), olen = strnlen(old, sizeof old - 1);
     if (plen + olen >= sizeof err_tls)
@@ -71,6 +68,24 @@ void rcci_error_prefix(const char *fmt, ...)
     memcpy(err_tls, prefix, plen);
     memcpy(err_tls + plen, old, olen);
     err_tls[plen + olen] = '\0';
+}
+
+void rcci_error_prefix(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    err_vprefix(fmt, ap);
+    va_end(ap);
+}
+
+rcc_result_t rcci_error_prefix_cause(rcc_result_t code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    err_vprefix(fmt, ap);
+    va_end(ap);
+    memcpy(err_cause_tls, err_tls, sizeof err_cause_tls);
+    return code;
 }
 
 const char *rcci_tls_error(void) { return err_tls; }

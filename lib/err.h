@@ -21,6 +21,11 @@ rcc_result_t rcci_error_errno(rcc_result_t code, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Prepends context to this thread's last error ("allreduce #4: " + old). */
 void rcci_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same, and the whole text becomes the cause too (rcci_tls_cause), for
+ * context that the other ranks must hear in a failure notice (the rank or
+ * the root a connection was for). Returns `code`. */
+rcc_result_t rcci_error_prefix_cause(rcc_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* This thread's last error text ("" when none). */
 const char *rcci_tls_error(void);

@@ -88,6 +88,11 @@ START_TEST(error_prefix_and_truncation)
     rcci_error(RCC_ERR_SYSTEM, "inner %d", 1);
     rcci_error_prefix("outer: ");
     ck_assert_str_eq(rcci_tls_error(), "outer: inner 1");
+    ck_assert_str_eq(rcci_tls_cause(), "inner 1"); /* a prefix stays out of the cause */
+    ck_assert_int_eq(rcci_error_prefix_cause(RCC_ERR_PEER_LOST, "to rank %d: ", 3),
+                     RCC_ERR_PEER_LOST);
+    ck_assert_str_eq(rcci_tls_error(), "to rank 3: outer: inner 1");
+    ck_assert_str_eq(rcci_tls_cause(), "to rank 3: outer: inner 1");
     char big[3000];
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = '\0';
