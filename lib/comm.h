@@ -12,6 +12,7 @@
 #include "bootstrap.h"
 #include "coll/schedule.h"
 #include "err.h"
+#include "pace.h"
 #include "ringcc.h"
 #include "timeline.h"
 #include "transport.h"
@@ -190,6 +191,7 @@ struct rcc_comm {
     int poll_us;           /* the longest sleep, while an executor waits on what epoll cannot see */
     int spin_score;        /* progress.c: how often polling before sleeping was in vain */
     int64_t wait_avg_ns;   /* progress.c: the caller's recent waits, a moving average */
+    rcci_pace_t pace;      /* progress.c: recent allreduces' bus bandwidth, per size */
     int64_t watch_next_ns; /* watch.c: when to look for stray messages next */
     uint8_t (*heard)[RCCI_SIG_BYTES]; /* watch.c: per peer, the last operation it announced */
     uint8_t *heard_valid;

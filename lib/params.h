@@ -118,7 +118,14 @@
     X(SPIN_US, INT, "50", 0, 1000000,                                                              \
       "microseconds a waiting thread polls its connections (yielding) before it sleeps; a "        \
       "blocking call's own thread polls up to 4 times as long while its recent waits were that "   \
-      "long")
+      "long")                                                                                      \
+    X(SLOW_POLL_US, INT, "1000", 0, 1000000,                                                       \
+      "microseconds a blocking allreduce's own thread polls in each wait before it sleeps, where " \
+      "it is larger than RCC_SMALL_MAX_BYTES and recent allreduces of its size (the same power "   \
+      "of two) ran below RCC_SLOW_BUSBW: a slow link, not the CPU, sets their pace (measured on "  \
+      "every 8th such operation, which sleeps as usual); 0: never")                                \
+    X(SLOW_BUSBW, INT, "150", 0, 1000000,                                                          \
+      "bus bandwidth in MB/s (10^6 bytes per second) below which RCC_SLOW_POLL_US applies")
 
 typedef enum {
 #define PARAM_ID_(id, kind, def, min, max, desc) RCCI_PARAM_##id,

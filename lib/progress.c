@@ -350,6 +350,52 @@ static rcc_result_t exec_advance(struct rcc_comm *comm, rcci_op_t *op, rcci_exec
                          : rcci_exec_host_advance(comm, op, exec, progressed, done);
 }
 
+/* The bytes per rank of an operation whose pace counts (pace.h): blocking
+ * or not, an allreduce of host memory among 2 or more ranks; else 0. */
+static uint64_t pace_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
+{
+    if (op->coll != RCCI_COLL_ALLREDUCE || op->on_stream || comm->nranks < 2)
+        return 0;
+    return (uint64_t)op->count * rcc_datatype_size(op->dtype);
+}
+
+/* An operation that succeeded: its pace, from its start to now, unless it
+ * polled long (slow_ns > 0): the decision must rest on the pace of waits
+ * that sleep, or polling where the CPU is the limit would slow operations
+ * down enough to keep itself on. */
+static void pace_note(struct rcc_comm *comm, const rcci_op_t *op, int64_t slow_ns)
+{
+    uint64_t bytes = pace_bytes(comm, op);
+    if (bytes && slow_ns == 0)
+        rcci_pace_record(&comm->pace, bytes, comm->nranks, rcci_now_ns() - op->started_ns);
+}
+
+/* How long a blocking allreduce polls in a wait where a slow link sets its
+ * pace (RCC_SLOW_POLL_US, pace.h); 0 where the usual budget applies. */
+static int64_t slow_poll_ns(struct rcc_comm *comm, const rcci_op_t *op)
+{
+    int64_t poll_us = rcci_param_int(RCCI_PARAM_SLOW_POLL_US);
+    uint64_t bytes = pace_bytes(comm, op);
+    if (poll_us == 0 || bytes <= (uint64_t)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES))
+        return 0;
+    int changed;
+    int slow = rcci_pace_slow(&comm->pace, bytes, rcci_param_int(RCCI_PARAM_SLOW_BUSBW), &changed);
+    if (changed) {
+        int cls = rcci_pace_class(bytes);
+        int first = !(comm->pace.told_set & 1ull << cls);
+        comm->pace.told_set |= 1ull << cls;
+        RCC_LOG_(first ? RCCI_LOG_INFO : RCCI_LOG_TRACE,
+                 "allreduces of %llu to %llu bytes ran at %.0f MB/s bus bandwidth, %s "
+                 "RCC_SLOW_BUSBW (%lld MB/s): their waits %s",
+                 1ull << cls, (2ull << cls) - 1, rcci_pace_busbw(&comm->pace, bytes) / 1e3,
+                 slow ? "below" : "not below", (long long)rcci_param_int(RCCI_PARAM_SLOW_BUSBW),
+                 slow ? "poll up to RCC_SLOW_POLL_US before sleeping" : "poll as usual");
+    }
+    /* Every few operations (by number: on all ranks alike) sleep, to see
+     * whether the pace without long polls changed. */
+    return slow && op->seq % RCCI_PACE_SAMPLE_EVERY != 0 ? poll_us * 1000 : 0;
+}
+
 static void exec_finish(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t *exec)
 {
     RCCI_TL(comm, rcci_tl_op(comm->tl, op));
@@ -524,6 +570,7 @@ static void *progress_main(void *arg)
             }
             any |= progressed;
             if (done) {
+                pace_note(comm, act[i].op, 0);
                 exec_finish(comm, act[i].op, act[i].exec);
                 progress_complete(act[i].op, RCC_SUCCESS);
                 memmove(act + i, act + i + 1, sizeof *act * (size_t)(nact - i - 1));
@@ -609,9 +656,9 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
 
     rcci_exec_t *exec = NULL;
     rcc_result_t res = exec_start_unless_broken(comm, op, &exec);
-    const int64_t spin_ns = progress_spin_ns();
+    const int64_t spin_ns = progress_spin_ns(), slow_ns = slow_poll_ns(comm, op);
     int64_t idle_since = rcci_now_ns(), quiet_since = idle_since, budget = -1, wait_since = 0;
-    int slept = 0;
+    int slept = 0, long_wait = 0;
     while (res == RCC_SUCCESS) {
         if (atomic_load(&comm->aborted)) {
             res = rcci_error(RCC_ERR_ABORTED, "the communicator was aborted");
@@ -621,9 +668,10 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
         comm->poll_us = 0;
         res = exec_advance(comm, op, exec, &progressed, &done);
         if ((progressed || done) && budget >= 0) { /* a wait ended */
-            spin_record(comm, budget > 0, !slept);
+            /* Long polls say nothing of whether the usual ones pay. */
+            spin_record(comm, budget > 0 && !long_wait, !slept);
             wait_record(comm, rcci_now_ns() - wait_since);
-            budget = -1, slept = 0;
+            budget = -1, slept = 0, long_wait = 0;
         }
         if (res != RCC_SUCCESS || done)
             break;
@@ -640,6 +688,8 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
             break;
         if (budget < 0) {
             budget = spin_budget(comm, spin_ns);
+            if (slow_ns > budget)
+                budget = slow_ns, long_wait = 1;
             wait_since = idle_since;
         }
         if (now - idle_since < budget) {
@@ -648,6 +698,8 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
             sched_yield();
             continue;
         }
+        if (slow_ns > 0 && budget == slow_ns)
+            budget = spin_ns; /* the long poll ran out: once per wait */
         /* The eventfd is in the set too: an abort wakes this wait. */
         struct epoll_event ev[16];
         int64_t waited = 0;
@@ -660,6 +712,8 @@ int rcci_progress_run_inline(struct rcc_comm *comm, rcci_op_t *op)
     }
     if (res != RCC_SUCCESS)
         res = progress_root_cause(comm, res);
+    else
+        pace_note(comm, op, slow_ns);
     exec_finish(comm, op, exec);
     if (res != RCC_SUCCESS)
         progress_break(comm, res);

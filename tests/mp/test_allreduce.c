@@ -467,15 +467,19 @@ static int rank_rd_moving(int rank, int n, void *arg)
     return 0;
 }
 
-START_TEST(rd_leaders_move)
+/* mp_run with a fresh log folder for the ranks (their arg), removed after. */
+static int mp_run_logged(int n, mp_rank_fn fn)
 {
-    char logdir[] = "/tmp/rcc-rdmove-XXXXXX";
+    char logdir[] = "/tmp/rcc-testlog-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(logdir));
-    ck_assert_int_eq(mp_run(_i, rank_rd_moving, logdir, 300), 0);
+    int failed = mp_run(n, fn, logdir, 300);
     char cmd[64];
     snprintf(cmd, sizeof cmd, "rm -rf %s", logdir);
     ck_assert_int_eq(system(cmd), 0);
+    return failed;
 }
+
+START_TEST(rd_leaders_move) { ck_assert_int_eq(mp_run_logged(_i, rank_rd_moving), 0); }
 END_TEST
 
 /* Every count of leaders from 1 up to the ranks (a larger one means all). */
@@ -485,6 +489,34 @@ START_TEST(rd_leaders_forced)
     for (int p = 0; p < 4 && (p == 0 || 1 << (p - 1) < _i); p++)
         ck_assert_int_eq(mp_run(_i, rank_rd_leaders, leaders[p], 300), 0);
 }
+END_TEST
+
+/* Long polls where the pace is slow (RCC_SLOW_POLL_US, lib/pace.h), forced
+ * on by a threshold no operation reaches: every result stays right, and
+ * each rank logs its first decision at INFO. */
+static int rank_slow_polls(int rank, int n, void *arg)
+{
+    const char *logdir = arg;
+    char path[256];
+    snprintf(path, sizeof path, "%s/rank%d.log", logdir, rank);
+    setenv("RCC_SLOW_BUSBW", "1000000", 1);
+    setenv("RCC_SLOW_POLL_US", "2000", 1);
+    setenv("RCC_DEBUG", "INFO", 1);
+    setenv("RCC_DEBUG_SUBSYS", "coll", 1);
+    setenv("RCC_DEBUG_FILE", path, 1);
+    if (rank_algorithms(rank, n, "auto"))
+        MP_FAIL("wrong results with long polls");
+    if (rank_identical_bits(rank, n, NULL))
+        MP_FAIL("the ranks' results differ with long polls");
+    /* One rank has no pace: nothing moves between ranks. */
+    if (n > 1 && !mp_file_has(path, "poll up to RCC_SLOW_POLL_US"))
+        MP_FAIL("%s: no long polls logged", path);
+    if (n == 1 && mp_file_has(path, "RCC_SLOW_BUSBW"))
+        MP_FAIL("%s: a single rank logged a pace", path);
+    return 0;
+}
+
+START_TEST(slow_link_polls) { ck_assert_int_eq(mp_run_logged(_i, rank_slow_polls), 0); }
 END_TEST
 
 /* The root moves with each operation: the checks in a row give every rank
@@ -856,6 +888,7 @@ static Suite *allreduce_suite(void)
     tcase_add_loop_test(algos, twostep_algorithm_forced, 1, 9);
     tcase_add_loop_test(algos, direct_algorithm_forced, 1, 6);
     tcase_add_loop_test(algos, star_algorithm_forced, 1, 9);
+    tcase_add_loop_test(algos, slow_link_polls, 1, 6);
     suite_add_tcase(s, algos);
     TCase *errors = tcase_create("errors");
     tcase_set_timeout(errors, 300);
