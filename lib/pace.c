@@ -10,6 +10,11 @@ void rcci_pace_record(rcci_pace_t *pace, uint64_t bytes, int nranks, int64_t ns)
 {
     if (bytes == 0 || ns <= 0 || nranks < 2)
         return;
+    uint64_t bit = 1ull << rcci_pace_class(bytes);
+    if (!(pace->warm_set & bit)) {
+        pace->warm_set |= bit;
+        return;
+    }
     /* In double: bytes x 2(n-1) x 10^6 overflows 64 bits from 4 TiB. */
     double busbw = (double)bytes * 2.0 * (nranks - 1) / nranks * 1e6 / (double)ns;
     int64_t now = busbw < 1 ? 1 : busbw > 1e15 ? (int64_t)1e15 : (int64_t)busbw;

@@ -31,6 +31,7 @@ typedef struct {
      * 2(n-1)/n x bytes / time); 0: none seen. */
     int64_t busbw[RCCI_PACE_CLASSES];
     int64_t latest;    /* the latest operation's, for a class not seen yet */
+    uint64_t warm_set; /* per class, 1 once its first operation went by (not counted) */
     uint64_t slow_set; /* per class, 1 while the last decision was "slow" (for the log) */
     uint64_t told_set; /* per class, 1 once a change was logged at INFO (later ones: TRACE) */
 } rcci_pace_t;
@@ -38,7 +39,9 @@ typedef struct {
 int rcci_pace_class(uint64_t bytes);
 
 /* Records an allreduce of `bytes` per rank among `nranks` (2 or more) that
- * took `ns`. Nothing for empty or timeless operations. */
+ * took `ns`. Nothing for empty or timeless operations, nor for the first of
+ * a class, which may run cold (4 ranks on loopback: a communicator's first
+ * allreduce of 16 KiB took 1.4 ms, the next ones 0.2). */
 void rcci_pace_record(rcci_pace_t *pace, uint64_t bytes, int nranks, int64_t ns);
 
 /* The recent bus bandwidth (bytes per ms) of operations of `bytes`: the

@@ -362,11 +362,13 @@ static uint64_t pace_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
 /* An operation that succeeded: its pace, from its start to now, unless it
  * polled long (slow_ns > 0): the decision must rest on the pace of waits
  * that sleep, or polling where the CPU is the limit would slow operations
- * down enough to keep itself on. */
+ * down enough to keep itself on. Small ones (RCC_SMALL_MAX_BYTES) neither
+ * poll long nor count: latency sets their pace (8 B: well under 1 MB/s),
+ * and a size not seen yet takes the latest pace. */
 static void pace_note(struct rcc_comm *comm, const rcci_op_t *op, int64_t slow_ns)
 {
     uint64_t bytes = pace_bytes(comm, op);
-    if (bytes && slow_ns == 0)
+    if (bytes > (uint64_t)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES) && slow_ns == 0)
         rcci_pace_record(&comm->pace, bytes, comm->nranks, rcci_now_ns() - op->started_ns);
 }
 
