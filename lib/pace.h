@@ -2,7 +2,7 @@
  * The pace of recent allreduces, per size class, for the decision to poll
  * through a wait rather than sleep (progress.c). Where a 1 Gbit/s link, not
  * the CPU, sets the pace, a waiting rank's CPU has nothing else to do, and
- * the wake-up from epoll_wait (20-100 us on the lab's VMs) is what an
+ * the wake-up from epoll_wait (about 40 us on the lab's VMs) is what an
  * operation of 64 KiB loses against a peer that polls. Where the CPU is the
  * limit (ranks sharing cores, fast links), polling takes it from the peers
  * and loses more. The recent bus bandwidth of operations of that size tells
