@@ -351,24 +351,26 @@ static rcc_result_t exec_advance(struct rcc_comm *comm, rcci_op_t *op, rcci_exec
 }
 
 /* The bytes per rank of an operation whose pace counts (pace.h): blocking
- * or not, an allreduce of host memory among 2 or more ranks; else 0. */
+ * or not, an allreduce of host memory among 2 or more ranks, larger than
+ * RCC_SMALL_MAX_BYTES; else 0. Small ones neither poll long nor count:
+ * latency sets their pace (8 B: well under 1 MB/s), and a size not seen
+ * yet takes the latest pace. */
 static uint64_t pace_bytes(const struct rcc_comm *comm, const rcci_op_t *op)
 {
     if (op->coll != RCCI_COLL_ALLREDUCE || op->on_stream || comm->nranks < 2)
         return 0;
-    return (uint64_t)op->count * rcc_datatype_size(op->dtype);
+    uint64_t bytes = (uint64_t)op->count * rcc_datatype_size(op->dtype);
+    return bytes > (uint64_t)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES) ? bytes : 0;
 }
 
 /* An operation that succeeded: its pace, from its start to now, unless it
  * polled long (slow_ns > 0): the decision must rest on the pace of waits
  * that sleep, or polling where the CPU is the limit would slow operations
- * down enough to keep itself on. Small ones (RCC_SMALL_MAX_BYTES) neither
- * poll long nor count: latency sets their pace (8 B: well under 1 MB/s),
- * and a size not seen yet takes the latest pace. */
+ * down enough to keep itself on. */
 static void pace_note(struct rcc_comm *comm, const rcci_op_t *op, int64_t slow_ns)
 {
     uint64_t bytes = pace_bytes(comm, op);
-    if (bytes > (uint64_t)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES) && slow_ns == 0)
+    if (bytes && slow_ns == 0)
         rcci_pace_record(&comm->pace, bytes, comm->nranks, rcci_now_ns() - op->started_ns);
 }
 
@@ -378,7 +380,7 @@ static int64_t slow_poll_ns(struct rcc_comm *comm, const rcci_op_t *op)
 {
     int64_t poll_us = rcci_param_int(RCCI_PARAM_SLOW_POLL_US);
     uint64_t bytes = pace_bytes(comm, op);
-    if (poll_us == 0 || bytes <= (uint64_t)rcci_param_int(RCCI_PARAM_SMALL_MAX_BYTES))
+    if (poll_us == 0 || bytes == 0)
         return 0;
     int changed;
     int slow = rcci_pace_slow(&comm->pace, bytes, rcci_param_int(RCCI_PARAM_SLOW_BUSBW), &changed);

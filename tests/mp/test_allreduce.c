@@ -408,16 +408,22 @@ static int move_cpu(int k, int r, int n)
     return (int)(((unsigned)(k * 2654435761u) ^ (unsigned)(r * 40503u)) >> 7 & 1);
 }
 
-static int rank_rd_moving(int rank, int n, void *arg)
+/* This rank's log: RCC_DEBUG at `level` for the coll subsystem, into
+ * logdir/rankN.log, whose path goes to `path`. Before the communicator. */
+static void log_coll_to(const char *logdir, int rank, const char *level, char *path, size_t size)
 {
-    const char *logdir = arg;
-    char path[256];
-    snprintf(path, sizeof path, "%s/rank%d.log", logdir, rank);
-    setenv("RCC_ALGO", "rd", 1);
-    setenv("RCC_RD_LEADERS", "2", 1);
-    setenv("RCC_DEBUG", "TRACE", 1);
+    snprintf(path, size, "%s/rank%d.log", logdir, rank);
+    setenv("RCC_DEBUG", level, 1);
     setenv("RCC_DEBUG_SUBSYS", "coll", 1);
     setenv("RCC_DEBUG_FILE", path, 1);
+}
+
+static int rank_rd_moving(int rank, int n, void *arg)
+{
+    char path[256];
+    log_coll_to(arg, rank, "TRACE", path, sizeof path);
+    setenv("RCC_ALGO", "rd", 1);
+    setenv("RCC_RD_LEADERS", "2", 1);
     cpu_set_t mask, one;
     int cpu[2], ncpus = 0;
     if (sched_getaffinity(0, sizeof mask, &mask) == 0)
@@ -496,14 +502,10 @@ END_TEST
  * each rank logs its first decision at INFO. */
 static int rank_slow_polls(int rank, int n, void *arg)
 {
-    const char *logdir = arg;
     char path[256];
-    snprintf(path, sizeof path, "%s/rank%d.log", logdir, rank);
+    log_coll_to(arg, rank, "INFO", path, sizeof path);
     setenv("RCC_SLOW_BUSBW", "1000000", 1);
     setenv("RCC_SLOW_POLL_US", "2000", 1);
-    setenv("RCC_DEBUG", "INFO", 1);
-    setenv("RCC_DEBUG_SUBSYS", "coll", 1);
-    setenv("RCC_DEBUG_FILE", path, 1);
     if (rank_algorithms(rank, n, "auto"))
         MP_FAIL("wrong results with long polls");
     if (rank_identical_bits(rank, n, NULL))
