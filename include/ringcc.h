@@ -474,8 +474,9 @@ RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
  * Errors found by the call (bad arguments, a broken communicator) are
  * returned at once and nothing is queued. Where CUDA refuses part of the
  * work the call queues (a launch error, as on a broken context), the call
- * returns the error once the part already queued has run through (it reads
- * the buffers; at most 5 s), and `stream` goes on after that part; the
+ * returns the error at once, without waiting for the GPU; the part already
+ * queued runs through (it reads the buffers; behind the stream's earlier
+ * work) and `stream` goes on only after it (given up after 5 s); the
  * communicator has then failed. A failure while the operation
  * runs (a peer lost, a timeout, a mismatch) is reported as NCCL reports it:
  * by rcc_comm_get_async_error and by every later call on the communicator;

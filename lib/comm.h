@@ -72,6 +72,11 @@ typedef struct {
      * operation's GPU work, and what the progress thread needs to drive it.
      * Owned by the operation; freed with `done`. */
     struct rcci_devq *devq;
+    /* Its GPU work had not run when the operation ended: the progress
+     * thread lets the streams go once it has (stream.c, settling list). */
+    int settling;
+    int64_t settle_deadline_ns;
+    struct rcci_op *settle_next;
 } rcci_mark_t;
 
 typedef struct rcci_op {
@@ -332,6 +337,8 @@ void rcci_progress_abort(struct rcc_comm *comm);
  * own. For state a caller's thread cannot leave behind (a device-ring
  * operation queued in part: the connections' numbering moved on). */
 void rcci_progress_fail(struct rcc_comm *comm, rcc_result_t res);
+/* Wakes the progress thread (new work for it to look at). */
+void rcci_progress_wake(struct rcc_comm *comm);
 /* The communicator's failure, RCC_SUCCESS while healthy. An idle
  * communicator's connections are probed first (nonblocking), so a peer
  * that died or failed since is noticed; the failure then breaks it as an
@@ -348,8 +355,16 @@ int rcci_stream_usable(void);
 const char *rcci_stream_why(void);
 rcc_result_t rcci_stream_submit(struct rcc_comm *comm, rcci_op_t *op, void *stream);
 /* Lets the streams waiting for `op` (and its members) go on; idempotent.
- * Every end of a stream operation passes here. */
+ * Every end of a stream operation passes here. Never waits for the GPU:
+ * queued GPU work that has not run yet (after a failure, behind the
+ * caller's earlier work) is left to rcci_streams_settle, and the streams
+ * go on once it has. */
 void rcci_stream_release(rcci_op_t *op);
+/* The progress thread's part of that: ends the operations whose GPU work
+ * has run since (or whose wait is past its deadline), without waiting;
+ * with `wait`, until none is left (each has its deadline). Returns how many
+ * are left. */
+int rcci_streams_settle(struct rcc_comm *comm, int wait);
 /* At the outermost rcc_group_end, after the launch: each stream of the
  * group's stream calls waits for their results. */
 void rcci_stream_group_end(void);

@@ -23,6 +23,7 @@
 
 #define IDLE_WAIT_MS 1000  /* upper bound on one sleep; deadlines are re-checked */
 #define ACTIVE_WAIT_MS 100 /* the same while an operation waits: it watches for strays */
+#define SETTLE_LOOK_MS 1   /* ... while GPU work of ended stream operations runs (stream.c) */
 
 /* One released record per thread, kept for that thread's next operation: a
  * blocking call makes and releases its record on the caller's thread, and a
@@ -219,6 +220,12 @@ static void progress_wake(struct rcc_comm *comm)
     uint64_t one = 1;
     ssize_t w = write(comm->wake_fd, &one, sizeof one);
     (void)w; /* a full counter already means "wake up" */
+}
+
+void rcci_progress_wake(struct rcc_comm *comm)
+{
+    if (comm->progress_started)
+        progress_wake(comm);
 }
 
 /* Polls before sleeping when a wait is likely short: a wake-up from
@@ -510,6 +517,8 @@ static void *progress_main(void *arg)
     int64_t idle_since = rcci_now_ns(), quiet_since = idle_since;
     for (;;) {
         rcci_p2p_sweep_listener(comm);
+        /* Stream operations whose GPU work runs late after a failure. */
+        int settling = rcci_streams_settle(comm, 0);
         /* A caller driving inline handles the abort itself; the links are
          * closed here only once it is done with them. */
         if (!abort_seen && atomic_load(&comm->aborted) && !progress_caller_drives(comm)) {
@@ -556,10 +565,10 @@ static void *progress_main(void *arg)
                 break;
         }
         if (nact == 0) {
-            if (stop)
+            if (stop && !settling) /* each has its deadline */
                 break;
             progress_release_engine(comm);
-            progress_idle_sleep(comm, IDLE_WAIT_MS);
+            progress_idle_sleep(comm, settling ? SETTLE_LOOK_MS : IDLE_WAIT_MS);
             continue;
         }
         int any = 0;
@@ -603,7 +612,9 @@ static void *progress_main(void *arg)
         } else {
             int64_t slept = 0;
             RCCI_TL(comm, slept = rcci_tl_sleep(comm->tl));
-            progress_sleep(comm, comm->poll_us > 0 ? comm->poll_us : ACTIVE_WAIT_MS * 1000);
+            int us = comm->poll_us > 0 ? comm->poll_us : ACTIVE_WAIT_MS * 1000;
+            progress_sleep(comm,
+                           settling && us > SETTLE_LOOK_MS * 1000 ? SETTLE_LOOK_MS * 1000 : us);
             RCCI_TL(comm, rcci_tl_woke(comm->tl, slept));
             idle_since = rcci_now_ns();
         }
@@ -801,6 +812,7 @@ void rcci_progress_stop(struct rcc_comm *comm)
     progress_wake(comm);
     pthread_join(comm->progress, NULL);
     comm->progress_started = 0;
+    rcci_streams_settle(comm, 1); /* none left where the thread ran to its end */
 }
 
 rcc_result_t rcci_progress_enqueue(struct rcc_comm *comm, rcci_op_t *op)

@@ -153,6 +153,11 @@ struct rcci_streams {
         void *event;
     } *pend;
     int npend, pend_cap;
+    /* Ended operations whose queued GPU work has not run yet
+     * (rcci_stream_release): the progress thread ends them once it has. */
+    pthread_mutex_t settle_lock;
+    rcci_op_t *settling;
+    atomic_int nsettling;
 };
 
 static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out)
@@ -170,6 +175,7 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
             s->device = comm->cuda_device >= 0 ? comm->cuda_device : s->dev->current_device();
             pthread_mutex_init(&s->cache_lock, NULL);
             pthread_mutex_init(&s->submit_lock, NULL);
+            pthread_mutex_init(&s->settle_lock, NULL);
             /* On the communicator's device, whichever is current on the
              * thread that makes the first call: the library's stream, its
              * flags and its kernels belong there. */
@@ -187,11 +193,13 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
                     s->dev->host_free(flags);
                 pthread_mutex_destroy(&s->cache_lock);
                 pthread_mutex_destroy(&s->submit_lock);
+                pthread_mutex_destroy(&s->settle_lock);
                 free(s);
                 s = NULL;
             }
         }
-        comm->streams = s;
+        /* Read without the lock by rcci_streams_settle. */
+        __atomic_store_n(&comm->streams, s, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&comm->lock);
     *out = s;
@@ -217,6 +225,11 @@ void rcci_streams_free(struct rcc_comm *comm)
      * still queued after the timeout stays allocated rather than freed
      * under a copy. */
     staging_reap(s, rcci_now_ns() + comm->timeout_ns);
+    /* Settled before the links closed (rcci_progress_stop); one left here
+     * could no longer be looked at safely, so it stays allocated. */
+    if (atomic_load(&s->nsettling))
+        RCC_WARN("%d stream operations' GPU work still unsettled at teardown; left allocated",
+                 atomic_load(&s->nsettling));
     if (s->npend)
         RCC_WARN("%d staging buffers are still read by copies a stream has not made after %.0f "
                  "s; they stay allocated",
@@ -229,6 +242,7 @@ void rcci_streams_free(struct rcc_comm *comm)
     s->dev->host_free((void *)s->flags);
     pthread_mutex_destroy(&s->cache_lock);
     pthread_mutex_destroy(&s->submit_lock);
+    pthread_mutex_destroy(&s->settle_lock);
     free(s);
     comm->streams = NULL;
 }
@@ -609,51 +623,59 @@ void rcci_stream_group_end(void)
 
 /* The queued device path's GPU work, before its stream may go on: let run
  * through (after a failure its waits would never be met) and waited for,
- * within STREAM_SETTLE_NS; then its state goes, and its pinned area is
- * pended behind the library's stream. The area stays the operation's until
- * here, since releasing writes its flags. */
+ * within STREAM_SETTLE_NS of the operation's end, by the progress thread
+ * (rcci_streams_settle), never by a caller: after a failure at the call
+ * that work may first wait for the caller's earlier work on its stream.
+ * Then its state goes, and its pinned area is pended behind the library's
+ * stream. The area stays the operation's until then, since releasing
+ * writes its flags. */
 #define STREAM_SETTLE_NS (5ll * 1000000000)
-static void stream_devq_settle(rcci_op_t *op)
+
+/* Looks once whether the GPU work has run, letting it run through if not:
+ * 1 when it has, or when that cannot be known (said); 0 while it runs. */
+static int stream_devq_ran(rcci_op_t *op, int64_t now)
 {
-    rcci_devq_t *q = op->mark.devq;
-    struct rcci_streams *s = op->mark.streams;
-    int64_t deadline = rcci_now_ns() + STREAM_SETTLE_NS;
-    int done = 0;
     char error[RCCI_ERR_TEXT_BYTES]; /* the failure being reported stays the story */
     snprintf(error, sizeof error, "%s", rcci_tls_error());
-    /* Work still queued means the operation failed: let it run through.
-     * Again and again: a live peer's stores on the device ring's counters
-     * may undo it (transport.h, queue_abort). After success there is none,
-     * and the counters must not be touched. */
-    rcc_result_t res;
-    while ((res = rcci_devq_gpu_done(q, &done)) == RCC_SUCCESS && !done &&
-           rcci_now_ns() < deadline) {
-        rcci_devq_release(q);
-        nanosleep(&(struct timespec){0, 200 * 1000}, NULL);
-    }
-    if (!done && res == RCC_SUCCESS)
+    int done = 0;
+    rcc_result_t res = rcci_devq_gpu_done(op->mark.devq, &done);
+    if (res == RCC_SUCCESS && !done) {
+        /* Work still queued means the operation failed: let it run
+         * through. Again at every look: a live peer's stores on the device
+         * ring's counters may undo it (transport.h, queue_abort). After
+         * success there is none, and the counters must not be touched. */
+        rcci_devq_release(op->mark.devq);
+        if (now < op->mark.settle_deadline_ns || !op->mark.settling)
+            return 0;
         RCC_WARN("op #%u: its GPU work did not end within %.0f s of its end; its stream goes on",
                  op->seq, STREAM_SETTLE_NS / 1e9);
-    else if (!done)
+    } else if (res != RCC_SUCCESS) {
         RCC_WARN("op #%u: when its GPU work ends cannot be known (%s); its stream goes on", op->seq,
                  rcci_tls_error());
+    }
     rcci_tls_error_set(error);
-    rcci_devq_free(s->comm, q);
+    return 1;
+}
+
+/* Its GPU work has run (or is given up on): its state goes, its pinned
+ * area behind the library's stream, and the streams go on. */
+static void stream_devq_end(rcci_op_t *op)
+{
+    struct rcci_streams *s = op->mark.streams;
+    char error[RCCI_ERR_TEXT_BYTES];
+    snprintf(error, sizeof error, "%s", rcci_tls_error());
+    rcci_devq_free(s->comm, op->mark.devq);
     op->mark.devq = NULL;
     if (op->mark.pin)
         staging_pend(s, op->mark.pin, op->mark.pin_bytes, s->copy_stream);
     op->mark.pin = NULL;
+    rcci_tls_error_set(error);
 }
 
-/* Stores done = ticket for `op` (and the members it stands for): the
- * streams waiting for it move on. Gives its pinned slots back: the device
- * path has ended (and quiesced its GPU work) before. Idempotent. */
-void rcci_stream_release(rcci_op_t *op)
+/* Stores done = ticket (the streams waiting for it move on) and gives its
+ * pinned slots back. */
+static void stream_mark_end(rcci_op_t *op)
 {
-    for (int i = 0; i < op->nmembers; i++)
-        rcci_stream_release(op->members[i]);
-    if (op->mark.devq)
-        stream_devq_settle(op);
     if (op->mark.done && !op->mark.released) {
         op->mark.released = 1;
         __atomic_store_n(op->mark.done, op->mark.ticket, __ATOMIC_RELEASE);
@@ -662,6 +684,87 @@ void rcci_stream_release(rcci_op_t *op)
         staging_give(op->mark.streams, op->mark.pin, op->mark.pin_bytes);
         op->mark.pin = NULL;
     }
+}
+
+/* For the progress thread, which ends it once its GPU work has run. */
+static void stream_settle_later(rcci_op_t *op)
+{
+    struct rcci_streams *s = op->mark.streams;
+    atomic_fetch_add(&op->refs, 1); /* the settling list's */
+    op->mark.settling = 1;
+    op->mark.settle_deadline_ns = rcci_now_ns() + STREAM_SETTLE_NS;
+    pthread_mutex_lock(&s->settle_lock);
+    op->mark.settle_next = s->settling;
+    s->settling = op;
+    atomic_fetch_add(&s->nsettling, 1);
+    pthread_mutex_unlock(&s->settle_lock);
+    rcci_progress_wake(s->comm);
+}
+
+void rcci_stream_release(rcci_op_t *op)
+{
+    for (int i = 0; i < op->nmembers; i++)
+        rcci_stream_release(op->members[i]);
+    if (op->mark.settling) /* rcci_streams_settle ends it */
+        return;
+    if (op->mark.devq) {
+        /* Now, before a failure closes the connections. */
+        rcci_devq_settle_requests(op->mark.devq);
+        if (!stream_devq_ran(op, rcci_now_ns())) {
+            stream_settle_later(op);
+            return;
+        }
+        stream_devq_end(op);
+    }
+    stream_mark_end(op);
+}
+
+int rcci_streams_settle(struct rcc_comm *comm, int wait)
+{
+    struct rcci_streams *s = __atomic_load_n(&comm->streams, __ATOMIC_ACQUIRE);
+    if (!s || atomic_load(&s->nsettling) == 0)
+        return 0;
+    /* Its CUDA calls (events, the pinned area's event) on the
+     * communicator's device; this thread's own device again after. */
+    int previous = -1;
+    if (rcci_device_enter(s->dev, s->device, &previous) != RCC_SUCCESS)
+        previous = -1; /* the queries say what fails */
+    int left;
+    for (;;) {
+        pthread_mutex_lock(&s->settle_lock);
+        rcci_op_t *list = s->settling;
+        s->settling = NULL;
+        pthread_mutex_unlock(&s->settle_lock);
+        rcci_op_t *keep = NULL, *last = NULL;
+        int64_t now = rcci_now_ns();
+        while (list) {
+            rcci_op_t *op = list;
+            list = op->mark.settle_next;
+            if (!stream_devq_ran(op, now)) {
+                op->mark.settle_next = keep;
+                keep = op;
+                last = last ? last : op;
+                continue;
+            }
+            stream_devq_end(op);
+            op->mark.settling = 0;
+            stream_mark_end(op);
+            atomic_fetch_sub(&s->nsettling, 1);
+            rcci_op_release(op);
+        }
+        pthread_mutex_lock(&s->settle_lock);
+        if (keep) { /* ahead of any added meanwhile */
+            last->mark.settle_next = s->settling;
+            s->settling = keep;
+        }
+        pthread_mutex_unlock(&s->settle_lock);
+        left = atomic_load(&s->nsettling);
+        if (!wait || left == 0)
+            break;
+        nanosleep(&(struct timespec){0, 200 * 1000}, NULL);
+    }
+    rcci_device_back(s->dev, previous, s->device);
+    return left;
 }
 
 /* Waits, within the timeout, until the operation that last had this pair

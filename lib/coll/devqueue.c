@@ -64,6 +64,7 @@ struct rcci_devq {
     int64_t last_progress_ns;
     void *end_event; /* recorded after all its GPU work */
     int end_recorded;
+    int requests_settled; /* rcci_devq_settle_requests: none may be tested again */
     /* Windows (window.h), over the host ring's connections: the sends whose
      * receive lands in the next rank's output are written there, at the
      * address the progress thread stores in *wptr (NULL: into their slots)
@@ -652,21 +653,32 @@ void rcci_devq_release(rcci_devq_t *q)
     flag_store(q, F_UNMAPPED, DEVQ_RUN_THROUGH);
 }
 
-void rcci_devq_free(struct rcc_comm *comm, rcci_devq_t *q)
+void rcci_devq_settle_requests(rcci_devq_t *q)
 {
-    if (!q)
+    if (!q || q->requests_settled)
         return;
+    q->requests_settled = 1;
     char error[RCCI_ERR_TEXT_BYTES]; /* the failure being reported stays the story */
     snprintf(error, sizeof error, "%s", rcci_tls_error());
     if (q->sreq && q->rreq) /* requests still out after a failure */
         rcci_coll_test_once(q->sl, q->rl, q->sreq, q->rreq, q->slots);
+    rcci_window_settle(&q->win);
+    rcci_tls_error_set(error);
+}
+
+void rcci_devq_free(struct rcc_comm *comm, rcci_devq_t *q)
+{
+    if (!q)
+        return;
+    rcci_devq_settle_requests(q);
+    char error[RCCI_ERR_TEXT_BYTES]; /* the failure being reported stays the story */
+    snprintf(error, sizeof error, "%s", rcci_tls_error());
     /* Never recorded: nothing will store it; recorded: only once stored. */
     int ended = !q->end_recorded;
     if (q->end_recorded && rcci_devq_gpu_done(q, &ended) != RCC_SUCCESS)
         ended = 0;
     if (q->end_event && ended)
         q->dev->event_destroy(q->end_event);
-    rcci_window_settle(&q->win);
     rcci_window_end(&q->win, ended);
     rcci_tls_error_set(error);
     rcci_memreg_drop(comm, &q->held);

@@ -83,9 +83,15 @@ rcc_result_t rcci_devq_advance(struct rcc_comm *comm, rcci_devq_t *q, int *progr
  * stream forever. Any thread; idempotent. */
 void rcci_devq_release(rcci_devq_t *q);
 
-/* Requests still out are tested once (and dropped with their connection,
- * which a failure closes); the registrations it held go. The GPU's end
- * event stays where the GPU may still record it. */
+/* At the operation's end, before anything closes the connections (which
+ * frees what is still out on them): requests still out are tested once,
+ * those that have ended dropped; the rest go with their connection. Any
+ * time later, once its GPU work has run, rcci_devq_free. Idempotent. */
+void rcci_devq_settle_requests(rcci_devq_t *q);
+
+/* rcci_devq_settle_requests where that has not been done; then the
+ * registrations it held go, and its window unless the GPU may still write
+ * into it. The GPU's end event stays where the GPU may still record it. */
 void rcci_devq_free(struct rcc_comm *comm, rcci_devq_t *q);
 
 /* "rank 1 (receive 3 of 12), the GPU (send 4 of 12)" for stall reports. */

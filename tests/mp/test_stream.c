@@ -529,10 +529,13 @@ static rcc_result_t await_async_error(rcc_comm_t comm, double t0, double limit_s
  * must fail (later calls are refused at the call) and tell the peers, whose
  * streams are released and whose communicators report it well within their
  * timeout, not after it. The part it queued runs late (a slow GPU) and must
- * still end before the caller's stream goes on: it reads `d`. */
+ * still end before the caller's stream goes on: it reads `d`. With `arg`
+ * (gated), rank 0's stream is held by a kernel before the call until the
+ * call has returned: the queued part cannot run before, and the call must
+ * not wait for it (it used to, up to 5 s). */
 static int rank_queue_fails(int rank, int n, void *arg)
 {
-    (void)arg;
+    int gated = arg != NULL;
     if (rank == 0) {
         setenv("FAKEDEV_COPY_FAILS_AFTER", "1", 1);
         setenv("FAKEDEV_WAIT_LATE_US", "300000", 1);
@@ -544,11 +547,23 @@ static int rank_queue_fails(int rank, int n, void *arg)
     void *stream = fakedev_stream_create();
     size_t count = 600001;
     float *d = fakedev_malloc(count * sizeof(float));
+    float *input = calloc(count, sizeof(float));
+    kcopy_t fill = {d, input, count * sizeof(float), 1, 0, 0};
+    if (gated && rank == 0)
+        fakedev_launch(stream, kern_copy, &fill);
     double t0 = td_now_s();
     rcc_result_t res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, stream);
+    double call_s = td_now_s() - t0;
+    atomic_store(&fill.gate, 1);
     if (rank == 0 && res != RCC_ERR_CUDA)
         MP_FAIL("rank 0: the half-queued call gave %s: %s", rcc_result_name(res),
                 rcc_last_error(comm));
+    /* The queued part waits for the held kernel; waiting for it in the
+     * call took 5 s. A bound well under that, far above a call's time. */
+    if (gated && rank == 0 && call_s > 2.5)
+        MP_FAIL("rank 0: the failing call waited %.2f s for its stream's earlier work", call_s);
+    if (gated && rank == 0)
+        printf("rank 0 of %d: the failing call returned in %.3f s, its stream held\n", n, call_s);
     if (fakedev_stream_sync(stream, 20))
         MP_FAIL("rank %d: the stream was left waiting", rank);
     rcc_result_t async = await_async_error(comm, t0, 20);
@@ -563,15 +578,25 @@ static int rank_queue_fails(int rank, int n, void *arg)
                 rcc_result_name(res), rcc_last_error(comm));
     if (fakedev_stream_sync(stream, 20))
         MP_FAIL("rank %d: a call on the failed communicator left its stream waiting", rank);
+    if (atomic_load(&fill.gave_up))
+        MP_FAIL("rank %d: the held kernel gave up waiting: the call waited for it", rank);
     fakedev_stream_destroy(stream);
     mp_abort_and_wait(comm, n);
     fakedev_free(d);
+    free(input);
     return 0;
 }
 
 START_TEST(half_queued_device_ring_fails_the_communicator)
 {
     ck_assert_int_eq(mp_run(_i, rank_queue_fails, NULL, 120), 0);
+}
+END_TEST
+
+START_TEST(half_queued_call_does_not_wait_for_its_stream)
+{
+    static const int gated = 1;
+    ck_assert_int_eq(mp_run(_i, rank_queue_fails, (void *)&gated, 120), 0);
 }
 END_TEST
 
@@ -800,6 +825,7 @@ static Suite *stream_suite(void)
     tcase_add_loop_test(verbs, device_collectives_in_a_group, 2, 4);
     tcase_add_loop_test(verbs, failure_releases_the_stream_device_ring, 2, 4);
     tcase_add_loop_test(verbs, half_queued_device_ring_fails_the_communicator, 2, 4);
+    tcase_add_loop_test(verbs, half_queued_call_does_not_wait_for_its_stream, 2, 3);
     tcase_add_loop_test(verbs, peer_death_on_the_device_ring, 2, 5);
     tcase_add_test(verbs, device_and_host_buffers_across_ranks);
     suite_add_tcase(s, verbs);
@@ -817,6 +843,7 @@ static Suite *stream_suite(void)
     tcase_add_loop_test(tc, failure_releases_the_stream_chunked, 2, 4);
     tcase_add_loop_test(tc, failure_releases_the_stream_device_ring, 2, 4);
     tcase_add_loop_test(tc, half_queued_device_ring_fails_the_communicator, 2, 4);
+    tcase_add_loop_test(tc, half_queued_call_does_not_wait_for_its_stream, 2, 4);
     tcase_add_test(tc, hung_gpu_times_out);
     tcase_add_test(tc, device_and_host_buffers_across_ranks);
     tcase_add_test(tc, tickets_wrap);
