@@ -26,6 +26,15 @@
  * itself, ranks may be left out of a pattern, and messages may be empty: a group launches a
  * rank's point-to-point calls after its collectives, wherever they stood.
  *
+ * ringcc-soak-stream (tests/meson.build) is the same program on the stand-in GPU of the tests
+ * (tests/mp/fakedev.h), run with --streams K: every collective and point-to-point call is then
+ * its stream form (rcc_*_stream) on one of K streams of each rank's own choosing, its buffers
+ * "device memory" (most calls), host memory, or a send buffer on the device and a receive
+ * buffer on the host, decided alike on every rank. A "kernel" queued on the call's stream
+ * before it writes the inputs, and one after it copies the buffers back (guards included),
+ * with no host synchronisation in between; the streams are synchronised at the end of each
+ * step and the copies checked as above. Barriers stay host calls among the stream calls.
+ *
  * Prints what ran, the bytes moved, the wrong elements (over all ranks) and the time. Exit
  * status 0 when every result was right, 1 on a wrong result or a failed call (after which the
  * rank stops at once: the launcher stops the others), 2 for bad arguments.
@@ -53,12 +62,16 @@
 #ifdef RCC_VERBSIM
 #include "verbsim.h" /* tests/meson.build's soak_verbsim: the verbs transport on verbsim */
 #endif
+#ifdef RCC_FAKEDEV
+#include "fakedev.h" /* tests/meson.build's soak_stream: the stream path on the stand-in GPU */
+#endif
 
 #define SOAK_NAME "ringcc-soak"
 #define SOAK_MAX_BATCH 8   /* calls in one nonblocking batch or group */
 #define SOAK_REPORTS 20    /* wrong results described in full per rank; the rest are counted */
 #define SOAK_PROGRESS 1000 /* rank 0 prints a line every this many operations */
 #define SOAK_EXIT_USAGE 2
+#define SOAK_MAX_STREAMS 4 /* --streams */
 
 enum soak_kind {
     SK_ALLREDUCE,
@@ -89,6 +102,7 @@ struct soak_opts {
     size_t maxbytes;
     int timeout_s;
     int verbose;
+    int streams; /* 0: host calls; else stream calls on this many streams per rank */
 };
 
 /* One operation: what was drawn (the same on every rank), then this rank's share. */
@@ -117,10 +131,26 @@ typedef struct {
     char *want;
     size_t rescount;
     rcc_request_t req[2]; /* sendrecv: [0] the send, [1] the receive */
+
+    /* Stream calls (--streams): the streams of the call and of a sendrecv's receive, and the
+     * device copies of smem / rmem (guards included; NULL: the call takes the host buffer),
+     * written from them before the call and copied back after it by "kernels" (copy). */
+    int stream, rstream;
+    char *dsmem, *drmem;
+    struct soak_copy {
+        void *dst;
+        const void *src;
+        size_t n; /* 0: none */
+        int stream;
+    } copy[4]; /* the sendbuf's copy in, the recvbuf's copy in, then their copies back */
 } soak_op_t;
 
 static rcc_comm_t soak_comm;
 static int soak_rank, soak_nranks;
+static int soak_nstreams; /* --streams: 0 outside ringcc-soak-stream */
+#ifdef RCC_FAKEDEV
+static void *soak_streams[SOAK_MAX_STREAMS];
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * Random numbers: splitmix64, one stream shared by all ranks, one of each rank's own
@@ -296,8 +326,15 @@ static const char *soak_text(char *s, size_t len, const soak_op_t *o)
                      ": this rank sends %zu to %d, receives %zu from %d (-1: none)", o->scount,
                      o->to, o->rcount, o->from);
     }
-    snprintf(s, len, "rank %d of %d: operation #%ld (%s, %s form): %s", soak_rank, soak_nranks,
-             o->number, soak_mode_name[o->mode], o->blocking ? "blocking" : "nonblocking", what);
+    char form[80];
+    if (soak_nstreams && o->kind != SK_BARRIER)
+        snprintf(form, sizeof form, "stream form on stream %d%s, buffers %s/%s", o->stream,
+                 o->rstream != o->stream ? " (receive on another)" : "",
+                 o->dsmem ? "device" : "host", o->drmem ? "device" : "host");
+    else
+        snprintf(form, sizeof form, "%s form", o->blocking ? "blocking" : "nonblocking");
+    snprintf(s, len, "rank %d of %d: operation #%ld (%s, %s): %s", soak_rank, soak_nranks,
+             o->number, soak_mode_name[o->mode], form, what);
     return s;
 }
 
@@ -434,6 +471,13 @@ static void soak_prepare(soak_op_t *o)
 
 static void soak_free(soak_op_t *o)
 {
+#ifdef RCC_FAKEDEV
+    if (o->dsmem)
+        fakedev_free(o->dsmem);
+    if (o->drmem)
+        fakedev_free(o->drmem);
+    o->dsmem = o->drmem = NULL;
+#endif
     td_gfree(o->smem), td_gfree(o->rmem);
     free(o->ssnap), free(o->rsnap), free(o->want);
     o->smem = o->rmem = o->ssnap = o->rsnap = o->want = NULL;
@@ -484,6 +528,123 @@ static uint64_t soak_check(const soak_op_t *o, int *reports_left)
  * ------------------------------------------------------------------------------------------- */
 
 __attribute__((noreturn)) static void soak_fail(const soak_op_t *o, const char *call,
+                                                rcc_result_t res, const char *detail);
+
+#ifdef RCC_FAKEDEV
+/* ---- stream calls on the stand-in GPU (--streams) ---- */
+
+static void soak_kern_copy(void *arg)
+{
+    struct soak_copy *c = arg;
+    memcpy(c->dst, c->src, c->n);
+}
+
+/* A device copy of the guarded host buffer `host` (guards too): copy[in] fills it on `stream`
+ * before the call, copy[in + 2] copies it back after. */
+static char *soak_dev_buffer(soak_op_t *o, char *host, size_t bytes, int in, int stream)
+{
+    char *d = fakedev_malloc(bytes + 2 * TD_GUARD);
+    o->copy[in] = (struct soak_copy){d, host - TD_GUARD, bytes + 2 * TD_GUARD, stream};
+    o->copy[in + 2] = (struct soak_copy){host - TD_GUARD, d, bytes + 2 * TD_GUARD, stream};
+    return d;
+}
+
+/* Where the call's buffers are, streams included: after soak_prepare, which made the host
+ * buffers. Buffer kinds from the shared random stream (every rank alike: they are part of what
+ * ranks must agree on), streams from this rank's own. */
+static void soak_dev_prepare(soak_op_t *o, uint64_t *shared, uint64_t *own)
+{
+    /* Under 70: both on the device; under 85: the sendbuf only; else both on the host. */
+    unsigned where = (unsigned)soak_below(shared, 100);
+    o->stream = o->rstream = (int)soak_below(own, (uint64_t)soak_nstreams);
+    /* A shift outside a group receives on another stream: sends around a ring on one stream
+     * would each wait for the next rank's receive queued behind its own send. */
+    if (o->kind == SK_SENDRECV && o->pattern == P2P_SHIFT && o->mode != MODE_GROUP)
+        o->rstream =
+            (o->stream + 1 + (int)soak_below(own, (uint64_t)soak_nstreams - 1)) % soak_nstreams;
+    int rs = o->kind == SK_SENDRECV ? o->rstream : o->stream;
+    /* Not mixed for a rooted collective: a rank decides alone whether its part goes chunk by
+     * chunk on the GPU, so the root's two buffers must be of one kind with its peers' (the
+     * contract in ringcc.h). */
+    if (where >= 70 && where < 85 && (o->kind == SK_BROADCAST || o->kind == SK_REDUCE))
+        where = 0;
+    if (where < 85 && o->smem)
+        o->dsmem = soak_dev_buffer(o, o->smem, o->sbytes, 0, o->stream);
+    if (where < 70 && o->rmem)
+        o->drmem = soak_dev_buffer(o, o->rmem, o->rbytes, 1, rs);
+}
+
+/* The device address of a host address inside smem or rmem where those have device copies. */
+static void *soak_dev_ptr(const soak_op_t *o, const void *p)
+{
+    const char *c = p;
+    if (c && o->dsmem && c >= o->smem && c <= o->smem + o->sbytes)
+        return o->dsmem + TD_GUARD + (c - o->smem);
+    if (c && o->drmem && c >= o->rmem && c <= o->rmem + o->rbytes)
+        return o->drmem + TD_GUARD + (c - o->rmem);
+    return (void *)c;
+}
+
+/* Queues copy[first] and copy[first + 1] on their streams. */
+static void soak_dev_copies(soak_op_t *o, int first)
+{
+    for (int i = first; i < first + 2; i++)
+        if (o->copy[i].n)
+            fakedev_launch(soak_streams[o->copy[i].stream], soak_kern_copy, &o->copy[i]);
+}
+
+/* The stream form of the call (barriers stay host calls): inputs copied in on the stream
+ * first; the copies back are queued by the caller once the step's calls are launched (a group's
+ * at rcc_group_end). 1 when issued here. */
+static int soak_stream_issue(soak_op_t *o, int in_group)
+{
+    rcc_comm_t comm = soak_comm;
+    void *st = soak_streams[o->stream], *rst = soak_streams[o->rstream];
+    const void *s = soak_dev_ptr(o, o->sendbuf);
+    void *r = soak_dev_ptr(o, o->recvbuf);
+    size_t c = o->count;
+    rcc_result_t res = RCC_SUCCESS;
+    if (o->kind == SK_BARRIER)
+        return 0;
+    soak_dev_copies(o, 0);
+    switch (o->kind) {
+    case SK_ALLREDUCE: res = rcc_allreduce_stream(s, r, c, o->dt, o->op, comm, st); break;
+    case SK_REDUCE_SCATTER: res = rcc_reduce_scatter_stream(s, r, c, o->dt, o->op, comm, st); break;
+    case SK_ALLGATHER: res = rcc_allgather_stream(s, r, c, o->dt, comm, st); break;
+    case SK_BROADCAST: res = rcc_broadcast_stream(s, r, c, o->dt, o->root, comm, st); break;
+    case SK_REDUCE: res = rcc_reduce_stream(s, r, c, o->dt, o->op, o->root, comm, st); break;
+    case SK_ALLTOALL: res = rcc_alltoall_stream(s, r, c, o->dt, comm, st); break;
+    default: { /* sendrecv: one stream outside a group, the lower rank of a pair sends first */
+        int recv_first =
+            !in_group && o->rstream == o->stream ? o->to >= 0 && o->to < soak_rank : o->variant;
+        for (int step = 0; step < 2 && res == RCC_SUCCESS; step++) {
+            int send = (step == 0) != recv_first;
+            if (send && o->to >= 0)
+                res = rcc_send_stream(s, o->scount, o->dt, o->to, comm, st);
+            else if (!send && o->from >= 0)
+                res = rcc_recv_stream(r, o->rcount, o->dt, o->from, comm, rst);
+        }
+        break;
+    }
+    }
+    if (res != RCC_SUCCESS)
+        soak_fail(o, "the stream call", res, rcc_last_error(comm));
+    return 1;
+}
+
+/* After the step's calls: the copies back queued, then every stream waited for (bounded). */
+static void soak_stream_complete(soak_op_t *ops, int nops, const struct soak_opts *opt)
+{
+    for (int i = 0; i < nops; i++)
+        soak_dev_copies(&ops[i], 2);
+    for (int s = 0; s < soak_nstreams; s++)
+        if (fakedev_stream_sync(soak_streams[s], 2.0 * opt->timeout_s))
+            soak_fail(NULL, "waiting for a stream", RCC_ERR_TIMEOUT,
+                      "its work did not end within twice the communicator's timeout");
+}
+#endif
+
+__attribute__((noreturn)) static void soak_fail(const soak_op_t *o, const char *call,
                                                 rcc_result_t res, const char *detail)
 {
     char d[300];
@@ -515,6 +676,10 @@ static void soak_p2p_issue(soak_op_t *o, int in_group)
 
 static void soak_issue(soak_op_t *o, int in_group)
 {
+#ifdef RCC_FAKEDEV
+    if (soak_nstreams && soak_stream_issue(o, in_group))
+        return;
+#endif
     rcc_comm_t comm = soak_comm;
     rcc_request_t *rq = o->blocking ? NULL : &o->req[0];
     const void *s = o->sendbuf;
@@ -661,6 +826,9 @@ static void soak_help(void)
            "  -e, --maxbytes SIZE  largest buffer of one call, K/M/G suffixes (default 4M)\n"
            "  -t, --timeout SECS   the communicator's timeout: a call that makes no progress\n"
            "                       for that long fails (default 60)\n"
+           "  -S, --streams K      (ringcc-soak-stream only) every call in its stream form on\n"
+           "                       one of K streams (2 to 4) of the stand-in GPU, buffers on\n"
+           "                       it, on the host, or mixed\n"
            "  -v, --verbose        print every operation on every rank before it is issued\n"
            "  -h, --help           show this help\n"
            "\n"
@@ -675,18 +843,15 @@ static void soak_help(void)
 static void soak_parse_args(int argc, char **argv, struct soak_opts *o)
 {
     static const struct option longopts[] = {
-        {"ops", required_argument, NULL, 'n'},
-        {"seed", required_argument, NULL, 's'},
-        {"maxbytes", required_argument, NULL, 'e'},
-        {"timeout", required_argument, NULL, 't'},
-        {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"ops", required_argument, NULL, 'n'},      {"seed", required_argument, NULL, 's'},
+        {"maxbytes", required_argument, NULL, 'e'}, {"timeout", required_argument, NULL, 't'},
+        {"verbose", no_argument, NULL, 'v'},        {"streams", required_argument, NULL, 'S'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     *o = (struct soak_opts){.ops = 10000, .seed = 1, .maxbytes = 4u << 20, .timeout_s = 60};
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":n:s:e:t:vh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":n:s:e:t:S:vh", longopts, NULL)) != -1) {
         switch (c) {
         case 'n': o->ops = (long)soak_parse_number("--ops", optarg, 0, 0, 1000000000); break;
         case 's': o->seed = soak_parse_number("--seed", optarg, 0, 0, UINT64_MAX); break;
@@ -695,6 +860,13 @@ static void soak_parse_args(int argc, char **argv, struct soak_opts *o)
             break;
         case 't': o->timeout_s = (int)soak_parse_number("--timeout", optarg, 0, 1, 86400); break;
         case 'v': o->verbose = 1; break;
+        case 'S':
+#ifdef RCC_FAKEDEV
+            o->streams = (int)soak_parse_number("--streams", optarg, 0, 2, SOAK_MAX_STREAMS);
+            break;
+#else
+            soak_usage_error("--streams: this build has no stand-in GPU (ringcc-soak-stream has)");
+#endif
         case 'h': soak_help(); exit(0);
         case ':': soak_usage_error("%s needs a value", argv[optind - 1]);
         default: soak_usage_error("unknown option '%s'", argv[optind - 1]);
@@ -712,6 +884,12 @@ int main(int argc, char **argv)
 {
     struct soak_opts opt;
     soak_parse_args(argc, argv, &opt);
+#ifdef RCC_FAKEDEV
+    fakedev_install(); /* before the first stream call; the library finds the stand-in GPU */
+    soak_nstreams = opt.streams;
+    for (int s = 0; s < soak_nstreams; s++)
+        soak_streams[s] = fakedev_stream_create();
+#endif
     rcc_config_t config = RCC_CONFIG_INITIALIZER;
     config.timeout_ms = opt.timeout_s * 1000;
     rcc_result_t res = rcc_comm_init_env(&soak_comm, &config);
@@ -724,8 +902,11 @@ int main(int argc, char **argv)
     td_set_nranks(soak_nranks); /* inputs whose sums stay exact in bfloat16 */
     if (soak_rank == 0) {
         printf("# %s: %d ranks, %ld operations, seed %llu, buffers up to %zu bytes, "
-               "timeout %d s\n",
+               "timeout %d s",
                SOAK_NAME, soak_nranks, opt.ops, opt.seed, opt.maxbytes, opt.timeout_s);
+        if (soak_nstreams)
+            printf(", stream calls on %d streams of the stand-in GPU", soak_nstreams);
+        printf("\n");
         fflush(stdout);
     }
 
@@ -749,6 +930,10 @@ int main(int argc, char **argv)
         for (int i = 0; i < k; i++) {
             soak_draw(&ops[i], &shared, &opt, mode, done + i, fuse, fuse_dt, fuse_op);
             soak_prepare(&ops[i]);
+#ifdef RCC_FAKEDEV
+            if (soak_nstreams)
+                soak_dev_prepare(&ops[i], &shared, &own);
+#endif
             kinds[ops[i].kind]++;
         }
         modes[mode] += k;
@@ -770,6 +955,10 @@ int main(int argc, char **argv)
             soak_fail(&ops[0], "rcc_group_end (of the group starting here)", res,
                       rcc_last_error(NULL));
         soak_complete(ops, k, &own, &opt);
+#ifdef RCC_FAKEDEV
+        if (soak_nstreams)
+            soak_stream_complete(ops, k, &opt);
+#endif
         in_calls += td_now_s() - t1;
 
         for (int i = 0; i < k; i++) {
@@ -811,6 +1000,10 @@ int main(int argc, char **argv)
     res = rcc_comm_destroy(soak_comm);
     if (res != RCC_SUCCESS)
         soak_fail(NULL, "rcc_comm_destroy", res, rcc_last_error(NULL));
+#ifdef RCC_FAKEDEV
+    for (int s = 0; s < soak_nstreams; s++)
+        fakedev_stream_destroy(soak_streams[s]);
+#endif
 #ifdef RCC_VERBSIM
     int misuses = verbsim_violations();
     if (misuses > 0) { /* each was printed as it happened */

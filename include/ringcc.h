@@ -451,7 +451,14 @@ RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
  * rcc_<name>_stream takes the arguments of rcc_<name> and a `stream`, a
  * cudaStream_t passed as void * so that this header needs no CUDA header
  * (NULL is CUDA's legacy default stream). Buffers may be device memory or
- * host memory (pinned or not), in any mix.
+ * host memory (pinned or not), in any mix, the same on every rank: each
+ * rank decides alone how its part runs (below), so an operation whose
+ * buffers are device memory on one rank and host memory on another fails
+ * (RCC_ERR_MISMATCH naming the device buffers, or RCC_ERR_TIMEOUT where the
+ * ranks' messages took different connections). For broadcast and reduce
+ * this includes the root's buffer that the other ranks do not pass: a
+ * reduce whose sendbufs are device memory needs a device recvbuf at the
+ * root, a broadcast whose recvbufs are device memory a device sendbuf.
  *
  * In a build with CUDA (rcc_cuda_available() says whether this process can
  * use a device) the call checks its arguments, queues the operation and

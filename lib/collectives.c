@@ -466,10 +466,18 @@ static rcc_result_t coll_alltoall(const char *name, const void *sendbuf, void *r
     for (int p = 0; msgs && p < n; p++) {
         /* Start with the next rank so that rank p's first sends spread out. */
         int q = (comm->rank + p) % n;
-        msgs[2 * p] =
-            (rcci_p2p_msg_t){q, 1, (char *)sendbuf + (size_t)q * block, block, RCCI_LANE_USER, 1};
-        msgs[2 * p + 1] =
-            (rcci_p2p_msg_t){q, 0, (char *)recvbuf + (size_t)q * block, block, RCCI_LANE_USER, 1};
+        msgs[2 * p] = (rcci_p2p_msg_t){.peer = q,
+                                       .is_send = 1,
+                                       .buf = (char *)sendbuf + (size_t)q * block,
+                                       .bytes = block,
+                                       .lane = RCCI_LANE_USER,
+                                       .alltoall = 1};
+        msgs[2 * p + 1] = (rcci_p2p_msg_t){.peer = q,
+                                           .is_send = 0,
+                                           .buf = (char *)recvbuf + (size_t)q * block,
+                                           .bytes = block,
+                                           .lane = RCCI_LANE_USER,
+                                           .alltoall = 1};
     }
     rcci_op_t tmpl = {.coll = RCCI_COLL_P2P,
                       .count = count,

@@ -48,6 +48,7 @@ typedef struct {
     size_t bytes;
     int lane;
     int alltoall; /* 0, or k: part of the operation's k-th alltoall (its number: op seq + k - 1) */
+    uint32_t seq; /* its number between the two ranks, where numbered ahead (rcci_p2p_number) */
 } rcci_p2p_msg_t;
 
 /* One collective call, from the caller's thread to the progress thread and
@@ -93,6 +94,7 @@ typedef struct rcci_op {
     int algo;      /* an allreduce's rcci_allreduce_algo_t */
     int device;    /* runs on device buffers, in device chunks (stream.c; in its signature) */
     int alltoalls; /* point-to-point: alltoall calls in it, numbered like collectives */
+    int p2p_numbered; /* its messages' numbers taken already (rcci_p2p_number) */
     int on_stream; /* ordered on a CUDA stream (or stands for members that are) */
     rcci_mark_t mark;
     atomic_int launched; /* enqueued (inside a group: only at rcc_group_end) */
@@ -461,6 +463,11 @@ rcc_result_t rcci_p2p_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **
 rcc_result_t rcci_p2p_advance(struct rcc_comm *comm, rcci_exec_t *exec, int *progressed, int *done);
 void rcci_p2p_finish(struct rcc_comm *comm, rcci_exec_t *exec);
 void rcci_p2p_close(struct rcc_comm *comm);
+/* Takes the numbers of a point-to-point operation's messages now, for an
+ * rcci_p2p_start that comes later: the progress thread admits operations in
+ * call order, but a stream's runs once its stream reaches it, and messages
+ * between two ranks must be numbered in call order on both. Idempotent. */
+void rcci_p2p_number(struct rcc_comm *comm, rcci_op_t *op);
 /* Accepts, without waiting, the point-to-point connections peers have
  * made that this rank has not taken yet (so that what arrives on them can
  * be looked at while an operation waits); failures are left for later. */

@@ -593,10 +593,14 @@ static void *progress_main(void *arg)
         }
         int64_t now = rcci_now_ns();
         if (!any) {
+            /* Strays are judged against the oldest numbered operation
+             * running: later ones (alltoalls beside it) may not have posted
+             * their receives yet (a stream's waits for its stream), and
+             * their messages are ahead of it, not behind. */
             const rcci_op_t *coll = NULL;
             for (int i = 0; i < nact; i++) {
                 rcci_watch_stall(comm, act[i].op, act[i].exec, now);
-                if (act[i].op->coll != RCCI_COLL_P2P || act[i].op->alltoalls)
+                if (!coll && (act[i].op->coll != RCCI_COLL_P2P || act[i].op->alltoalls))
                     coll = act[i].op;
             }
             rcc_result_t res = rcci_watch_strays(comm, coll, now, now - quiet_since);

@@ -1033,6 +1033,10 @@ rcc_result_t rcci_stream_exec_start(struct rcc_comm *comm, rcci_op_t *op, rcci_e
     x->phase = PH_START;
     op->started_ns = rcci_now_ns(); /* for stall reports; again once the stream reaches it */
     rcci_exec_plan(comm, op);       /* a merged operation (group.c) has no plan yet */
+    /* Its messages numbered now, in call order: it starts once its stream
+     * reaches it, maybe after a later call's on another stream. */
+    if (op->coll == RCCI_COLL_P2P)
+        rcci_p2p_number(comm, op);
     rcc_result_t res = streams_get(comm, &x->s);
     if (res == RCC_SUCCESS) /* this (progress) thread's CUDA calls go to that device */
         res = x->s->dev->use_device(x->s->device);

@@ -130,7 +130,11 @@ typedef struct {
 
 static rcci_p2p_msg_t coll_msg(int peer, int is_send, const void *buf, size_t bytes)
 {
-    return (rcci_p2p_msg_t){peer, is_send, (char *)buf, bytes, RCCI_LANE_COLL, 0};
+    return (rcci_p2p_msg_t){.peer = peer,
+                            .is_send = is_send,
+                            .buf = (char *)buf,
+                            .bytes = bytes,
+                            .lane = RCCI_LANE_COLL};
 }
 
 static void add_msg(rcci_p2p_msg_t *msgs, int *k, int peer, int is_send, const void *buf,

@@ -93,15 +93,33 @@ static rcc_result_t p2p_self(rcci_exec_t *x, int self)
     }
 }
 
-/* Numbers the messages per lane, peer and direction, in order. */
+/* The next number of message m per lane, peer and direction. */
+static uint32_t p2p_next_seq(struct rcc_comm *comm, const rcci_p2p_msg_t *m)
+{
+    rcci_p2p_lane_t *lane = &comm->p2p.lane[m->lane];
+    return m->is_send ? lane->out_seq[m->peer]++ : lane->in_seq[m->peer]++;
+}
+
+void rcci_p2p_number(struct rcc_comm *comm, rcci_op_t *op)
+{
+    if (op->p2p_numbered)
+        return;
+    for (int i = 0; i < op->nmsgs; i++)
+        if (op->msgs[i].peer != comm->rank)
+            op->msgs[i].seq = p2p_next_seq(comm, &op->msgs[i]);
+    op->p2p_numbered = 1;
+}
+
+/* Numbers the messages per lane, peer and direction, in order (or takes
+ * the numbers rcci_p2p_number took). */
 static void p2p_number(struct rcc_comm *comm, rcci_exec_t *x)
 {
+    int ahead = !x->algo && x->op->p2p_numbered && x->msgs == x->op->msgs;
     for (int i = 0; i < x->nmsgs; i++) {
         const rcci_p2p_msg_t *m = &x->msgs[i];
-        rcci_p2p_lane_t *lane = &comm->p2p.lane[m->lane];
         x->st[i] = (p2p_state_t){NULL, 0, P2P_WAITING, 0};
         if (m->peer != comm->rank)
-            x->st[i].seq = m->is_send ? lane->out_seq[m->peer]++ : lane->in_seq[m->peer]++;
+            x->st[i].seq = ahead ? m->seq : p2p_next_seq(comm, m);
     }
 }
 

@@ -638,6 +638,77 @@ START_TEST(hung_gpu_times_out)
 }
 END_TEST
 
+/* ---- point-to-point on several streams ---------------------------------------- */
+
+/* Messages between two ranks pair up in call order whatever the streams:
+ * rank 0 sends twice to rank 1, the first send on a stream held by a
+ * kernel until both calls have returned, the second on a stream that runs
+ * at once; rank 1 receives both on streams of its own. The second send may
+ * not take the first one's place (its stream reaches it first: the message
+ * numbers are taken at the call, in call order). */
+static int rank_p2p_order(int rank, int n, void *arg)
+{
+    (void)arg, (void)n;
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(20000);
+    void *sa = fakedev_stream_create(), *sb = fakedev_stream_create();
+    size_t c1 = 1000, c2 = 3000;
+    float *h1 = malloc(c1 * sizeof(float)), *h2 = malloc(c2 * sizeof(float));
+    float *d1 = fakedev_malloc(c1 * sizeof(float)), *d2 = fakedev_malloc(c2 * sizeof(float));
+    for (size_t i = 0; i < c1; i++)
+        h1[i] = (float)i;
+    for (size_t i = 0; i < c2; i++)
+        h2[i] = (float)(100000 + i);
+    kcopy_t fill1 = {d1, h1, c1 * sizeof(float), rank == 0, 0, 0};
+    kcopy_t fill2 = {d2, h2, c2 * sizeof(float), 0, 0, 0};
+    rcc_result_t r1, r2;
+    if (rank == 0) {
+        fakedev_launch(sa, kern_copy, &fill1);
+        fakedev_launch(sb, kern_copy, &fill2);
+        r1 = rcc_send_stream(d1, c1, RCC_FLOAT32, 1, comm, sa);
+        r2 = rcc_send_stream(d2, c2, RCC_FLOAT32, 1, comm, sb);
+        atomic_store(&fill1.gate, 1);
+    } else {
+        r1 = rcc_recv_stream(d1, c1, RCC_FLOAT32, 0, comm, sa);
+        r2 = rcc_recv_stream(d2, c2, RCC_FLOAT32, 0, comm, sb);
+    }
+    if (r1 != RCC_SUCCESS || r2 != RCC_SUCCESS)
+        MP_FAIL("rank %d: the calls gave %s, %s: %s", rank, rcc_result_name(r1),
+                rcc_result_name(r2), rcc_last_error(comm));
+    if (fakedev_stream_sync(sa, 30) || fakedev_stream_sync(sb, 30))
+        MP_FAIL("rank %d: a stream did not get past its message", rank);
+    rcc_result_t async = RCC_SUCCESS;
+    rcc_comm_get_async_error(comm, &async);
+    if (async != RCC_SUCCESS)
+        MP_FAIL("rank %d: %s: %s", rank, rcc_result_name(async), rcc_last_error(comm));
+    int bad = 0;
+    if (rank == 1) {
+        float *g1 = malloc(c1 * sizeof(float)), *g2 = malloc(c2 * sizeof(float));
+        kcopy_t s1 = {g1, d1, c1 * sizeof(float), 0, 0, 0},
+                s2 = {g2, d2, c2 * sizeof(float), 0, 0, 0};
+        fakedev_launch(sa, kern_copy, &s1);
+        fakedev_launch(sb, kern_copy, &s2);
+        if (fakedev_stream_sync(sa, 30) || fakedev_stream_sync(sb, 30))
+            MP_FAIL("rank 1: the copies back did not run");
+        bad = memcmp(g1, h1, c1 * sizeof(float)) != 0 || memcmp(g2, h2, c2 * sizeof(float)) != 0;
+        if (bad)
+            fprintf(stderr, "rank 1: the messages landed in the wrong receives (%g, %g)\n",
+                    (double)g1[0], (double)g2[0]);
+        free(g1), free(g2);
+    }
+    fakedev_stream_destroy(sa);
+    fakedev_stream_destroy(sb);
+    fakedev_free(d1), fakedev_free(d2);
+    free(h1), free(h2);
+    return td_finish(comm, bad);
+}
+
+START_TEST(p2p_pairs_in_call_order_across_streams)
+{
+    ck_assert_int_eq(mp_run(2, rank_p2p_order, NULL, 120), 0);
+}
+END_TEST
+
 /* ---- device buffers on one rank, host buffers on the other ------------------------ */
 
 /* Device buffers go in larger chunks than host ones (RCC_DEVICE_CHUNK_BYTES)
@@ -847,6 +918,7 @@ static Suite *stream_suite(void)
     tcase_add_test(tc, hung_gpu_times_out);
     tcase_add_test(tc, device_and_host_buffers_across_ranks);
     tcase_add_test(tc, tickets_wrap);
+    tcase_add_test(tc, p2p_pairs_in_call_order_across_streams);
     tcase_add_test(tc, pair_timeout_leaves_the_pair);
     suite_add_tcase(s, tc);
     return s;

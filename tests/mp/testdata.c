@@ -221,7 +221,7 @@ int td_compare(const char *what, const char *got, const char *want, size_t count
 
 /* ---- buffers with guard bytes on both sides ------------------------------- */
 
-#define GUARD 64
+#define GUARD TD_GUARD
 #define GUARD_BYTE 0x5A
 
 char *td_galloc(size_t bytes)

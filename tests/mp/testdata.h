@@ -54,8 +54,9 @@ size_t td_count_differing(const char *got, const char *want, size_t count, rcc_d
 int td_compare(const char *what, const char *got, const char *want, size_t count,
                rcc_datatype_t dt);
 
-/* A buffer of `bytes` with guard bytes on both sides; aborts when out of
- * memory. Free with td_gfree (NULL is fine). */
+/* A buffer of `bytes` with TD_GUARD guard bytes on both sides; aborts when
+ * out of memory. Free with td_gfree (NULL is fine). */
+#define TD_GUARD 64
 char *td_galloc(size_t bytes);
 /* 1 when nothing wrote into the guards of a td_galloc buffer. */
 int td_guards_intact(const char *p, size_t bytes);
