@@ -164,10 +164,20 @@ rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64
                 return res;
         }
     }
-    for (int r = 0; r < comm->nranks; r++)
-        if (comm->heard_valid[r] && rcci_sig_seq(comm->heard[r]) == op->seq &&
-            memcmp(comm->heard[r], ours.sig, RCCI_SIG_BYTES))
+    for (int r = 0; r < comm->nranks; r++) {
+        if (!comm->heard_valid[r])
+            continue;
+        uint32_t seq = rcci_sig_seq(comm->heard[r]);
+        if (seq == op->seq && memcmp(comm->heard[r], ours.sig, RCCI_SIG_BYTES))
             return watch_mismatch(comm, r, comm->heard[r], ours.sig, 0);
+        /* A peer still waiting in an operation this rank has ended under
+         * another signature (its part needed nothing from that peer: a
+         * reduce's non-root whose sends went over another connection). */
+        const uint8_t *done = comm->finished_sig[seq % RCCI_FINISHED_SIGS];
+        if (seq != 0 && (int32_t)(seq - op->seq) < 0 && rcci_sig_seq(done) == seq &&
+            memcmp(comm->heard[r], done, RCCI_SIG_BYTES))
+            return watch_mismatch(comm, r, comm->heard[r], ours.sig, 1);
+    }
     return RCC_SUCCESS;
 }
 

@@ -767,6 +767,66 @@ static int rank_kinds_differ(int rank, int n, void *arg)
     return 0;
 }
 
+/* A reduce whose sendbufs are device memory while the root's recvbuf is host
+ * memory: the other ranks' parts go chunk by chunk on the GPU (over the
+ * device ring), the root's is staged whole, so they cannot meet; the
+ * non-roots' parts end at once (their sends went) and they wait in the next
+ * allreduce. Every rank must fail with RCC_ERR_MISMATCH naming the device
+ * buffers well within the timeout (20 s), from the root's announcement of
+ * the reduce it waits in, judged against the history of a rank that has
+ * ended it (ringcc.h: the root's other buffer must be of its peers' kind). */
+static int rank_root_kind_differs(int rank, int n, void *arg)
+{
+    (void)arg;
+    fakedev_install();
+    rcc_comm_t comm = mp_comm(20000);
+    void *stream = fakedev_stream_create();
+    size_t count = 600001;
+    float *dev = fakedev_malloc(count * sizeof(float));
+    float *host = calloc(count, sizeof(float));
+    float *out = rank == 0 ? host : fakedev_malloc(count * sizeof(float));
+    /* Not the first operation: the history has no mark for operation 0. */
+    rcc_result_t res = rcc_barrier(comm);
+    if (res != RCC_SUCCESS)
+        MP_FAIL("rank %d: barrier: %s", rank, rcc_last_error(comm));
+    double t0 = td_now_s();
+    res = rcc_reduce_stream(dev, out, count, RCC_FLOAT32, RCC_SUM, 0, comm, stream);
+    if (res == RCC_SUCCESS)
+        res = rcc_allreduce_stream(dev, dev, count, RCC_FLOAT32, RCC_SUM, comm, stream);
+    if (res == RCC_SUCCESS && fakedev_stream_sync(stream, 60))
+        MP_FAIL("rank %d: the stream was left waiting", rank);
+    rcc_result_t async = RCC_SUCCESS;
+    rcc_comm_get_async_error(comm, &async);
+    const char *text = rcc_last_error(comm);
+    double took = td_now_s() - t0;
+    /* Nobody aborts (which the others' health probes would report) before
+     * all have looked. */
+    atomic_int *looked = mp_shared(NULL);
+    atomic_fetch_add(looked, 1);
+    while (atomic_load(looked) < n && td_now_s() - t0 < 60)
+        usleep(1000);
+    printf("rank %d of %d: %.2f s: %s: %s\n", rank, n, took,
+           rcc_result_name(res != RCC_SUCCESS ? res : async), text);
+    if (res != RCC_ERR_MISMATCH && async != RCC_ERR_MISMATCH)
+        MP_FAIL("rank %d: not reported as a mismatch", rank);
+    if (!strstr(text, "device buffers") || took > 10)
+        MP_FAIL("rank %d: the error does not name the device buffers, or came late (%.1f s): %s",
+                rank, took, text);
+    fakedev_free(dev);
+    if (out != host)
+        fakedev_free(out);
+    free(host);
+    fakedev_stream_destroy(stream);
+    rcc_comm_abort(comm);
+    return 0;
+}
+
+START_TEST(root_buffer_kind_differs)
+{
+    ck_assert_int_eq(mp_run(_i, rank_root_kind_differs, NULL, 120), 0);
+}
+END_TEST
+
 /* ---- a call that waits too long for its flag pair ---------------------------- */
 
 /* 4097 allreduces on a stream held by a gated kernel: the last needs the
@@ -919,6 +979,7 @@ static Suite *stream_suite(void)
     tcase_add_test(tc, device_and_host_buffers_across_ranks);
     tcase_add_test(tc, tickets_wrap);
     tcase_add_test(tc, p2p_pairs_in_call_order_across_streams);
+    tcase_add_loop_test(tc, root_buffer_kind_differs, 2, 5);
     tcase_add_test(tc, pair_timeout_leaves_the_pair);
     suite_add_tcase(s, tc);
     return s;
