@@ -34,6 +34,8 @@
  * before it writes the inputs, and one after it copies the buffers back (guards included),
  * with no host synchronisation in between; the streams are synchronised at the end of each
  * step and the copies checked as above. Barriers stay host calls among the stream calls.
+ * ringcc-soak-cuda (bench/, built with CUDA) does the same on a real GPU, every rank on GPU 0
+ * (the copies in and back are cudaMemcpyAsync; exit status 77 where no GPU is usable).
  *
  * Prints what ran, the bytes moved, the wrong elements (over all ranks) and the time. Exit
  * status 0 when every result was right, 1 on a wrong result or a failed call (after which the
@@ -64,6 +66,10 @@
 #endif
 #ifdef RCC_FAKEDEV
 #include "fakedev.h" /* tests/meson.build's soak_stream: the stream path on the stand-in GPU */
+#define SOAK_DEVICE 1
+#elif defined(RCC_SOAK_CUDA)
+#include <cuda_runtime_api.h> /* bench/meson.build's ringcc-soak-cuda: on a real GPU */
+#define SOAK_DEVICE 1
 #endif
 
 #define SOAK_NAME "ringcc-soak"
@@ -147,9 +153,10 @@ typedef struct {
 
 static rcc_comm_t soak_comm;
 static int soak_rank, soak_nranks;
-static int soak_nstreams; /* --streams: 0 outside ringcc-soak-stream */
-#ifdef RCC_FAKEDEV
+static int soak_nstreams; /* --streams: 0 outside ringcc-soak-stream and ringcc-soak-cuda */
+#ifdef SOAK_DEVICE
 static void *soak_streams[SOAK_MAX_STREAMS];
+static void soak_dev_free(char *p);
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -471,11 +478,9 @@ static void soak_prepare(soak_op_t *o)
 
 static void soak_free(soak_op_t *o)
 {
-#ifdef RCC_FAKEDEV
-    if (o->dsmem)
-        fakedev_free(o->dsmem);
-    if (o->drmem)
-        fakedev_free(o->drmem);
+#ifdef SOAK_DEVICE
+    soak_dev_free(o->dsmem);
+    soak_dev_free(o->drmem);
     o->dsmem = o->drmem = NULL;
 #endif
     td_gfree(o->smem), td_gfree(o->rmem);
@@ -530,20 +535,102 @@ static uint64_t soak_check(const soak_op_t *o, int *reports_left)
 __attribute__((noreturn)) static void soak_fail(const soak_op_t *o, const char *call,
                                                 rcc_result_t res, const char *detail);
 
-#ifdef RCC_FAKEDEV
-/* ---- stream calls on the stand-in GPU (--streams) ---- */
+#ifdef SOAK_DEVICE
+/* ---- stream calls on a GPU (--streams): the stand-in GPU's or CUDA's ---- */
 
+#ifdef RCC_FAKEDEV
 static void soak_kern_copy(void *arg)
 {
     struct soak_copy *c = arg;
     memcpy(c->dst, c->src, c->n);
+}
+#else
+/* Ends the run on a CUDA error, naming the call. */
+static void soak_cuda_check(cudaError_t err, const char *call)
+{
+    if (err != cudaSuccess)
+        soak_fail(NULL, call, RCC_ERR_CUDA, cudaGetErrorString(err));
+}
+#endif
+
+static char *soak_dev_malloc(size_t bytes)
+{
+#ifdef RCC_FAKEDEV
+    return fakedev_malloc(bytes);
+#else
+    void *p = NULL;
+    soak_cuda_check(cudaMalloc(&p, bytes), "cudaMalloc");
+    return p;
+#endif
+}
+
+/* After the streams that used it were waited for. */
+static void soak_dev_free(char *p)
+{
+    if (!p)
+        return;
+#ifdef RCC_FAKEDEV
+    fakedev_free(p);
+#else
+    soak_cuda_check(cudaFree(p), "cudaFree");
+#endif
+}
+
+static void *soak_dev_stream_create(void)
+{
+#ifdef RCC_FAKEDEV
+    return fakedev_stream_create();
+#else
+    cudaStream_t s;
+    soak_cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    return s;
+#endif
+}
+
+static void soak_dev_stream_destroy(void *s)
+{
+#ifdef RCC_FAKEDEV
+    fakedev_stream_destroy(s);
+#else
+    cudaStreamDestroy(s);
+#endif
+}
+
+/* Queues copy c on stream s (in stream order: a kernel of the stand-in GPU, or
+ * cudaMemcpyAsync, which copies from pageable host memory at the call: the inputs are made
+ * before it). */
+static void soak_dev_copy(void *s, struct soak_copy *c)
+{
+#ifdef RCC_FAKEDEV
+    fakedev_launch(s, soak_kern_copy, c);
+#else
+    soak_cuda_check(cudaMemcpyAsync(c->dst, c->src, c->n, cudaMemcpyDefault, s), "cudaMemcpyAsync");
+#endif
+}
+
+/* Waits until everything queued on s has run; 0, or -1 past timeout_s. */
+static int soak_dev_stream_sync(void *s, double timeout_s)
+{
+#ifdef RCC_FAKEDEV
+    return fakedev_stream_sync(s, timeout_s);
+#else
+    double deadline = td_now_s() + timeout_s;
+    cudaError_t err;
+    while ((err = cudaStreamQuery(s)) == cudaErrorNotReady) {
+        if (td_now_s() > deadline)
+            return -1;
+        nanosleep(&(struct timespec){.tv_nsec = 200 * 1000}, NULL);
+    }
+    soak_cuda_check(err, "cudaStreamQuery");
+    return 0;
+#endif
 }
 
 /* A device copy of the guarded host buffer `host` (guards too): copy[in] fills it on `stream`
  * before the call, copy[in + 2] copies it back after. */
 static char *soak_dev_buffer(soak_op_t *o, char *host, size_t bytes, int in, int stream)
 {
-    char *d = fakedev_malloc(bytes + 2 * TD_GUARD);
+    char *d = soak_dev_malloc(bytes + 2 * TD_GUARD);
     o->copy[in] = (struct soak_copy){d, host - TD_GUARD, bytes + 2 * TD_GUARD, stream};
     o->copy[in + 2] = (struct soak_copy){host - TD_GUARD, d, bytes + 2 * TD_GUARD, stream};
     return d;
@@ -590,7 +677,7 @@ static void soak_dev_copies(soak_op_t *o, int first)
 {
     for (int i = first; i < first + 2; i++)
         if (o->copy[i].n)
-            fakedev_launch(soak_streams[o->copy[i].stream], soak_kern_copy, &o->copy[i]);
+            soak_dev_copy(soak_streams[o->copy[i].stream], &o->copy[i]);
 }
 
 /* The stream form of the call (barriers stay host calls): inputs copied in on the stream
@@ -638,7 +725,7 @@ static void soak_stream_complete(soak_op_t *ops, int nops, const struct soak_opt
     for (int i = 0; i < nops; i++)
         soak_dev_copies(&ops[i], 2);
     for (int s = 0; s < soak_nstreams; s++)
-        if (fakedev_stream_sync(soak_streams[s], 2.0 * opt->timeout_s))
+        if (soak_dev_stream_sync(soak_streams[s], 2.0 * opt->timeout_s))
             soak_fail(NULL, "waiting for a stream", RCC_ERR_TIMEOUT,
                       "its work did not end within twice the communicator's timeout");
 }
@@ -676,7 +763,7 @@ static void soak_p2p_issue(soak_op_t *o, int in_group)
 
 static void soak_issue(soak_op_t *o, int in_group)
 {
-#ifdef RCC_FAKEDEV
+#ifdef SOAK_DEVICE
     if (soak_nstreams && soak_stream_issue(o, in_group))
         return;
 #endif
@@ -826,9 +913,9 @@ static void soak_help(void)
            "  -e, --maxbytes SIZE  largest buffer of one call, K/M/G suffixes (default 4M)\n"
            "  -t, --timeout SECS   the communicator's timeout: a call that makes no progress\n"
            "                       for that long fails (default 60)\n"
-           "  -S, --streams K      (ringcc-soak-stream only) every call in its stream form on\n"
-           "                       one of K streams (2 to 4) of the stand-in GPU, buffers on\n"
-           "                       it, on the host, or mixed\n"
+           "  -S, --streams K      (ringcc-soak-stream and ringcc-soak-cuda) every call in its\n"
+           "                       stream form on one of K streams (2 to 4) of the GPU (the\n"
+           "                       stand-in one, or GPU 0), buffers on it, on the host, or mixed\n"
            "  -v, --verbose        print every operation on every rank before it is issued\n"
            "  -h, --help           show this help\n"
            "\n"
@@ -861,11 +948,12 @@ static void soak_parse_args(int argc, char **argv, struct soak_opts *o)
         case 't': o->timeout_s = (int)soak_parse_number("--timeout", optarg, 0, 1, 86400); break;
         case 'v': o->verbose = 1; break;
         case 'S':
-#ifdef RCC_FAKEDEV
+#ifdef SOAK_DEVICE
             o->streams = (int)soak_parse_number("--streams", optarg, 0, 2, SOAK_MAX_STREAMS);
             break;
 #else
-            soak_usage_error("--streams: this build has no stand-in GPU (ringcc-soak-stream has)");
+            soak_usage_error("--streams: this build has no GPU (ringcc-soak-stream and "
+                             "ringcc-soak-cuda have)");
 #endif
         case 'h': soak_help(); exit(0);
         case ':': soak_usage_error("%s needs a value", argv[optind - 1]);
@@ -886,9 +974,19 @@ int main(int argc, char **argv)
     soak_parse_args(argc, argv, &opt);
 #ifdef RCC_FAKEDEV
     fakedev_install(); /* before the first stream call; the library finds the stand-in GPU */
+#elif defined(SOAK_DEVICE)
+    int ndev = 0;
+    if (opt.streams && (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)) {
+        printf("SKIP: %s: no usable CUDA device\n", SOAK_NAME);
+        return 77;
+    }
+    if (opt.streams) /* every rank on GPU 0, before the communicator picks its device */
+        soak_cuda_check(cudaSetDevice(0), "cudaSetDevice");
+#endif
+#ifdef SOAK_DEVICE
     soak_nstreams = opt.streams;
     for (int s = 0; s < soak_nstreams; s++)
-        soak_streams[s] = fakedev_stream_create();
+        soak_streams[s] = soak_dev_stream_create();
 #endif
     rcc_config_t config = RCC_CONFIG_INITIALIZER;
     config.timeout_ms = opt.timeout_s * 1000;
@@ -930,7 +1028,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < k; i++) {
             soak_draw(&ops[i], &shared, &opt, mode, done + i, fuse, fuse_dt, fuse_op);
             soak_prepare(&ops[i]);
-#ifdef RCC_FAKEDEV
+#ifdef SOAK_DEVICE
             if (soak_nstreams)
                 soak_dev_prepare(&ops[i], &shared, &own);
 #endif
@@ -955,7 +1053,7 @@ int main(int argc, char **argv)
             soak_fail(&ops[0], "rcc_group_end (of the group starting here)", res,
                       rcc_last_error(NULL));
         soak_complete(ops, k, &own, &opt);
-#ifdef RCC_FAKEDEV
+#ifdef SOAK_DEVICE
         if (soak_nstreams)
             soak_stream_complete(ops, k, &opt);
 #endif
@@ -1000,9 +1098,9 @@ int main(int argc, char **argv)
     res = rcc_comm_destroy(soak_comm);
     if (res != RCC_SUCCESS)
         soak_fail(NULL, "rcc_comm_destroy", res, rcc_last_error(NULL));
-#ifdef RCC_FAKEDEV
+#ifdef SOAK_DEVICE
     for (int s = 0; s < soak_nstreams; s++)
-        fakedev_stream_destroy(soak_streams[s]);
+        soak_dev_stream_destroy(soak_streams[s]);
 #endif
 #ifdef RCC_VERBSIM
     int misuses = verbsim_violations();

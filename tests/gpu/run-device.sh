@@ -36,11 +36,14 @@
 #                              run) and progress (4, progress-driven: expected to stall until
 #                              RCC_TIMEOUT); their exit statuses in one-queue.txt
 #   shim-torch.log             tests/shim/run-torch.sh (skipped where python3 has no CUDA torch)
+#   soak-cuda.txt              bench ringcc-soak-cuda: 400 random stream calls on 4 ranks sharing
+#                              the GPU, 3 streams each, every result checked (last: where time is
+#                              left)
 #   summary.txt                what is printed at the end
 # Every stage has its own time limit, cut to what is left of RCC_DEVICE_BUDGET (seconds,
 # default 450) for the whole script: a stage that would start with under 15 s left is skipped,
-# so one hang cannot take the run (the PyTorch stage, last, typically takes a minute). Ranks
-# run with RCC_TIMEOUT=30 and RCC_STALL_WARN=10 in the benchmark and PyTorch stages, so that a
+# so one hang cannot take the run (the PyTorch stage, next to last, typically takes a minute).
+# Ranks run with RCC_TIMEOUT=30 and RCC_STALL_WARN=10 in the benchmark and PyTorch stages, so that a
 # stall names its peer before the stage's limit. The device tool returns at most 8 files:
 # tests/gpu/device-run.sh wraps this script for it (summary.txt and a logs.tgz). The Check
 # suites are left out (-Dcheck=disabled): Check is not installed there. Exit status 0 when
@@ -50,7 +53,7 @@
 set -u
 
 if [ $# -ne 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-    sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,52p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 mkdir -p "$1" || exit 2
@@ -188,6 +191,13 @@ stage shim-torch 180 "$out/shim-torch.log" \
     env "${perf_env[@]}" "${host_only[@]}" RCC_TORCH_TIMEOUT=40 "$root/tests/shim/run-torch.sh" "$build"
 rc=$?
 [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1 # 77: no torch with CUDA, the reason in the log
+# Last, where time is left: the random mix of every stream call (bench/ringcc-soak.c) on the
+# GPU, 4 ranks on GPU 0, device, host and mixed buffers on 3 streams each, every result checked.
+stage soak-cuda 60 "$out/soak-cuda.txt" env RCC_CUDAIPC_WINDOW_BYTES=1M RCC_STALL_WARN=10 \
+    "$build/tools/ringcc-run" -n 4 "$build/bench/ringcc-soak-cuda" --streams 3 --ops 400 \
+    --maxbytes 4M --seed 1 --timeout 20
+rc=$?
+[ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || status=1
 
 {
     echo "--- gpu suite"
@@ -217,5 +227,8 @@ rc=$?
         "$out/one-queue-progress.txt"
     echo "--- PyTorch through the NCCL shim"
     grep -E '^(ok|FAIL|SKIP|collectives:|ddp:|  skipped:)' "$out/shim-torch.log"
+    echo "--- ringcc-soak-cuda, 4 ranks, 400 stream calls on 3 streams each"
+    grep -E 'SKIP|# (ops run|bytes moved|wrong elements|time|OK|FAILED)|failed|exited' \
+        "$out/soak-cuda.txt" 2>/dev/null | head -n 12
 } | tee -a "$out/summary.txt"
 exit "$status"
