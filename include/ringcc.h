@@ -455,11 +455,11 @@ RCC_API rcc_result_t rcc_wait_all(int n, rcc_request_t *reqs);
  * rank decides alone how its part runs (below), so an operation whose
  * buffers are device memory on one rank and host memory on another fails
  * with RCC_ERR_MISMATCH naming the device buffers (RCC_ERR_TIMEOUT where no
- * rank is left waiting to notice: in a communicator's first operation, or
- * in a last one whose parts all ended). For broadcast and reduce this
- * includes the root's buffer that the other ranks do not pass: a reduce
- * whose sendbufs are device memory needs a device recvbuf at the root, a
- * broadcast whose recvbufs are device memory a device sendbuf.
+ * rank is left waiting to notice: in a last operation whose parts all ended
+ * but one). For broadcast and reduce this includes the root's buffer that
+ * the other ranks do not pass: a reduce whose sendbufs are device memory
+ * needs a device recvbuf at the root, a broadcast whose recvbufs are device
+ * memory a device sendbuf.
  *
  * In a build with CUDA (rcc_cuda_available() says whether this process can
  * use a device) the call checks its arguments, queues the operation and

@@ -206,6 +206,7 @@ struct rcc_comm {
      * finished (slot seq % RCCI_FINISHED_SIGS), so that a peer's data of an
      * operation already over here is named against what this rank called. */
     uint8_t finished_sig[RCCI_FINISHED_SIGS][RCCI_SIG_BYTES];
+    uint8_t finished_set[RCCI_FINISHED_SIGS]; /* the slot holds one */
     unsigned spin_waits;
     char *slot_mem;     /* slots x chunk_bytes: receive slots for reductions */
     char *stage_mem;    /* slots x chunk_bytes: partial results waiting to be sent */

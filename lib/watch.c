@@ -27,6 +27,15 @@
 
 static void watch_our_tag(const rcci_op_t *op, rcci_tag_t *tag);
 
+/* The signature of operation `seq` as this rank ended it, or NULL where the
+ * history does not hold it (not ended yet, or too long ago). */
+static const uint8_t *watch_history(const struct rcc_comm *comm, uint32_t seq)
+{
+    unsigned slot = seq % RCCI_FINISHED_SIGS;
+    const uint8_t *done = comm->finished_sig[slot];
+    return comm->finished_set[slot] && rcci_sig_seq(done) == seq ? done : NULL;
+}
+
 /* RCC_ERR_MISMATCH naming both calls: `peer`'s (`theirs`) and this rank's;
  * finished: theirs belongs to an operation this rank has already ended
  * (named from the history when it is still there; `ours` is the one
@@ -41,9 +50,8 @@ static rcc_result_t watch_mismatch(const struct rcc_comm *comm, int peer, const 
     if (!finished)
         return rcci_error(RCC_ERR_MISMATCH, "%s called %s while rank %d called %s", peer_name,
                           their_call, comm->rank, our_call);
-    uint32_t seq = rcci_sig_seq(theirs);
-    const uint8_t *done = comm->finished_sig[seq % RCCI_FINISHED_SIGS];
-    if (seq != 0 && rcci_sig_seq(done) == seq) {
+    const uint8_t *done = watch_history(comm, rcci_sig_seq(theirs));
+    if (done) {
         rcci_sig_describe(done, done_call, sizeof done_call);
         return rcci_error(RCC_ERR_MISMATCH,
                           "%s called %s while rank %d called %s (its part ended before the "
@@ -58,11 +66,12 @@ static rcc_result_t watch_mismatch(const struct rcc_comm *comm, int peer, const 
 
 void rcci_watch_finished(struct rcc_comm *comm, const rcci_op_t *op)
 {
-    if (op->seq == 0 || (op->coll == RCCI_COLL_P2P && !op->alltoalls))
+    if (op->coll == RCCI_COLL_P2P && !op->alltoalls)
         return; /* point-to-point operations are not numbered */
     rcci_tag_t tag;
     watch_our_tag(op, &tag);
     memcpy(comm->finished_sig[op->seq % RCCI_FINISHED_SIGS], tag.sig, RCCI_SIG_BYTES);
+    comm->finished_set[op->seq % RCCI_FINISHED_SIGS] = 1;
 }
 
 /* The stray message on `conn` from `peer`, judged against collective `op`. */
@@ -173,9 +182,8 @@ rcc_result_t rcci_watch_strays(struct rcc_comm *comm, const rcci_op_t *op, int64
         /* A peer still waiting in an operation this rank has ended under
          * another signature (its part needed nothing from that peer: a
          * reduce's non-root whose sends went over another connection). */
-        const uint8_t *done = comm->finished_sig[seq % RCCI_FINISHED_SIGS];
-        if (seq != 0 && (int32_t)(seq - op->seq) < 0 && rcci_sig_seq(done) == seq &&
-            memcmp(comm->heard[r], done, RCCI_SIG_BYTES))
+        const uint8_t *done = watch_history(comm, seq);
+        if (done && (int32_t)(seq - op->seq) < 0 && memcmp(comm->heard[r], done, RCCI_SIG_BYTES))
             return watch_mismatch(comm, r, comm->heard[r], ours.sig, 1);
     }
     return RCC_SUCCESS;

@@ -777,7 +777,6 @@ static int rank_kinds_differ(int rank, int n, void *arg)
  * ended it (ringcc.h: the root's other buffer must be of its peers' kind). */
 static int rank_root_kind_differs(int rank, int n, void *arg)
 {
-    (void)arg;
     fakedev_install();
     rcc_comm_t comm = mp_comm(20000);
     void *stream = fakedev_stream_create();
@@ -785,8 +784,8 @@ static int rank_root_kind_differs(int rank, int n, void *arg)
     float *dev = fakedev_malloc(count * sizeof(float));
     float *host = calloc(count, sizeof(float));
     float *out = rank == 0 ? host : fakedev_malloc(count * sizeof(float));
-    /* Not the first operation: the history has no mark for operation 0. */
-    rcc_result_t res = rcc_barrier(comm);
+    /* arg: not the first operation (the reduce is operation 1, else 0). */
+    rcc_result_t res = arg ? rcc_barrier(comm) : RCC_SUCCESS;
     if (res != RCC_SUCCESS)
         MP_FAIL("rank %d: barrier: %s", rank, rcc_last_error(comm));
     double t0 = td_now_s();
@@ -824,6 +823,13 @@ static int rank_root_kind_differs(int rank, int n, void *arg)
 START_TEST(root_buffer_kind_differs)
 {
     ck_assert_int_eq(mp_run(_i, rank_root_kind_differs, NULL, 120), 0);
+}
+END_TEST
+
+START_TEST(root_buffer_kind_differs_later)
+{
+    static const int later = 1;
+    ck_assert_int_eq(mp_run(_i, rank_root_kind_differs, (void *)&later, 120), 0);
 }
 END_TEST
 
@@ -980,6 +986,7 @@ static Suite *stream_suite(void)
     tcase_add_test(tc, tickets_wrap);
     tcase_add_test(tc, p2p_pairs_in_call_order_across_streams);
     tcase_add_loop_test(tc, root_buffer_kind_differs, 2, 5);
+    tcase_add_loop_test(tc, root_buffer_kind_differs_later, 3, 4);
     tcase_add_test(tc, pair_timeout_leaves_the_pair);
     suite_add_tcase(s, tc);
     return s;
