@@ -872,13 +872,11 @@ void rcci_progress_fail(struct rcc_comm *comm, rcc_result_t res)
         snprintf(comm->fail_text, sizeof comm->fail_text, "%s", text);
     }
     pthread_mutex_unlock(&comm->lock);
-    if (comm->progress_started)
-        progress_wake(comm);
+    rcci_progress_wake(comm);
 }
 
 void rcci_progress_abort(struct rcc_comm *comm)
 {
     atomic_store(&comm->aborted, 1);
-    if (comm->progress_started)
-        progress_wake(comm);
+    rcci_progress_wake(comm);
 }
