@@ -865,6 +865,13 @@ static int rank_pair_timeout(int rank, int n, void *arg)
     double took = td_now_s() - t0;
     char why[512];
     snprintf(why, sizeof why, "%s", rcc_last_error(NULL));
+    /* No rank's operations run before every rank has made its late call: a peer
+     * that ran ahead would fail the first allreduce at its timeout, which
+     * releases every pair (the late call could then succeed). */
+    atomic_int *late_done = mp_shared(NULL);
+    atomic_fetch_add(late_done, 1);
+    for (int i = 0; atomic_load(late_done) < n && i < 30000; i++)
+        nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
     atomic_store(&fill.gate, 1);
     if (res != RCC_SUCCESS || fakedev_stream_sync(stream, 120) || atomic_load(&fill.gave_up))
         MP_FAIL("rank %d: the first %d calls: %s: %s", rank, CALLS, rcc_result_name(res),
