@@ -644,8 +644,9 @@ static void soak_dev_prepare(soak_op_t *o, uint64_t *shared, uint64_t *own)
     /* Under 70: both on the device; under 85: the sendbuf only; else both on the host. */
     unsigned where = (unsigned)soak_below(shared, 100);
     o->stream = o->rstream = (int)soak_below(own, (uint64_t)soak_nstreams);
-    /* A shift outside a group receives on another stream: sends around a ring on one stream
-     * would each wait for the next rank's receive queued behind its own send. */
+    /* A shift outside a group receives on another stream, for variety: what keeps a ring of
+     * them from deadlocking is the order of the two calls (soak_stream_issue), as streams may
+     * share a hardware queue. */
     if (o->kind == SK_SENDRECV && o->pattern == P2P_SHIFT && o->mode != MODE_GROUP)
         o->rstream =
             (o->stream + 1 + (int)soak_below(own, (uint64_t)soak_nstreams - 1)) % soak_nstreams;
@@ -701,9 +702,13 @@ static int soak_stream_issue(soak_op_t *o, int in_group)
     case SK_BROADCAST: res = rcc_broadcast_stream(s, r, c, o->dt, o->root, comm, st); break;
     case SK_REDUCE: res = rcc_reduce_stream(s, r, c, o->dt, o->op, o->root, comm, st); break;
     case SK_ALLTOALL: res = rcc_alltoall_stream(s, r, c, o->dt, comm, st); break;
-    default: { /* sendrecv: one stream outside a group, the lower rank of a pair sends first */
-        int recv_first =
-            !in_group && o->rstream == o->stream ? o->to >= 0 && o->to < soak_rank : o->variant;
+    default: { /* sendrecv: outside a group, the lower rank of a pair sends first */
+        /* Whatever the streams: each call's wait is queued at the call, and streams may
+         * share one hardware queue that runs their work in the order it was queued
+         * (CUDA_DEVICE_MAX_CONNECTIONS=1, FAKEDEV_QUEUES=1), so a receive queued first holds
+         * up this rank's send behind it also when the send is on another stream: around a
+         * ring, every rank would wait for the send its peer queued behind its receive. */
+        int recv_first = !in_group ? o->to >= 0 && o->to < soak_rank : o->variant;
         for (int step = 0; step < 2 && res == RCC_SUCCESS; step++) {
             int send = (step == 0) != recv_first;
             if (send && o->to >= 0)
