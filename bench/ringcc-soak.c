@@ -35,7 +35,9 @@
  * with no host synchronisation in between; the streams are synchronised at the end of each
  * step and the copies checked as above. Barriers stay host calls among the stream calls.
  * ringcc-soak-cuda (bench/, built with CUDA) does the same on a real GPU, every rank on GPU 0
- * (the copies in and back are cudaMemcpyAsync; exit status 77 where no GPU is usable).
+ * (the copies in and back are cudaMemcpyAsync through pinned mirrors of the host buffers;
+ * exit status 77 where no GPU is usable); tests/cudaemu builds it on the host model of CUDA
+ * (soak_cuda_emu).
  *
  * Prints what ran, the bytes moved, the wrong elements (over all ranks) and the time. Exit
  * status 0 when every result was right, 1 on a wrong result or a failed call (after which the
@@ -140,7 +142,10 @@ typedef struct {
 
     /* Stream calls (--streams): the streams of the call and of a sendrecv's receive, and the
      * device copies of smem / rmem (guards included; NULL: the call takes the host buffer),
-     * written from them before the call and copied back after it by "kernels" (copy). */
+     * written from them before the call and copied back after it by "kernels" (copy). On
+     * CUDA the copies go through pinned mirrors (pin[]): an asynchronous copy to or from
+     * pageable memory may wait on the calling thread for the stream's earlier work, which in
+     * a group or a batch is a call not launched yet. */
     int stream, rstream;
     char *dsmem, *drmem;
     struct soak_copy {
@@ -148,7 +153,9 @@ typedef struct {
         const void *src;
         size_t n; /* 0: none */
         int stream;
+        void *host; /* CUDA: the guarded host buffer that src (copy in) or dst (back) mirrors */
     } copy[4]; /* the sendbuf's copy in, the recvbuf's copy in, then their copies back */
+    char *pin[2]; /* CUDA: the pinned mirrors of smem and rmem */
 } soak_op_t;
 
 static rcc_comm_t soak_comm;
@@ -157,6 +164,9 @@ static int soak_nstreams; /* --streams: 0 outside ringcc-soak-stream and ringcc-
 #ifdef SOAK_DEVICE
 static void *soak_streams[SOAK_MAX_STREAMS];
 static void soak_dev_free(char *p);
+#ifndef RCC_FAKEDEV
+static void soak_cuda_check(cudaError_t err, const char *call);
+#endif
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -482,6 +492,12 @@ static void soak_free(soak_op_t *o)
     soak_dev_free(o->dsmem);
     soak_dev_free(o->drmem);
     o->dsmem = o->drmem = NULL;
+#ifndef RCC_FAKEDEV
+    for (int k = 0; k < 2; k++)
+        if (o->pin[k])
+            soak_cuda_check(cudaFreeHost(o->pin[k]), "cudaFreeHost");
+    o->pin[0] = o->pin[1] = NULL;
+#endif
 #endif
     td_gfree(o->smem), td_gfree(o->rmem);
     free(o->ssnap), free(o->rsnap), free(o->want);
@@ -596,14 +612,16 @@ static void soak_dev_stream_destroy(void *s)
 #endif
 }
 
-/* Queues copy c on stream s (in stream order: a kernel of the stand-in GPU, or
- * cudaMemcpyAsync, which copies from pageable host memory at the call: the inputs are made
- * before it). */
-static void soak_dev_copy(void *s, struct soak_copy *c)
+/* Queues copy c (`in`: a copy in) on stream s, in stream order: a kernel of the stand-in GPU,
+ * or cudaMemcpyAsync from or to the pinned mirror (a copy in fills the mirror first). */
+static void soak_dev_copy(void *s, struct soak_copy *c, int in)
 {
 #ifdef RCC_FAKEDEV
+    (void)in;
     fakedev_launch(s, soak_kern_copy, c);
 #else
+    if (in) /* into the mirror: no work queued before reads it */
+        memcpy((void *)c->src, c->host, c->n);
     soak_cuda_check(cudaMemcpyAsync(c->dst, c->src, c->n, cudaMemcpyDefault, s), "cudaMemcpyAsync");
 #endif
 }
@@ -627,12 +645,19 @@ static int soak_dev_stream_sync(void *s, double timeout_s)
 }
 
 /* A device copy of the guarded host buffer `host` (guards too): copy[in] fills it on `stream`
- * before the call, copy[in + 2] copies it back after. */
+ * before the call, copy[in + 2] copies it back after (on CUDA through a pinned mirror). */
 static char *soak_dev_buffer(soak_op_t *o, char *host, size_t bytes, int in, int stream)
 {
-    char *d = soak_dev_malloc(bytes + 2 * TD_GUARD);
-    o->copy[in] = (struct soak_copy){d, host - TD_GUARD, bytes + 2 * TD_GUARD, stream};
-    o->copy[in + 2] = (struct soak_copy){host - TD_GUARD, d, bytes + 2 * TD_GUARD, stream};
+    size_t n = bytes + 2 * TD_GUARD;
+    char *d = soak_dev_malloc(n), *g = host - TD_GUARD;
+#ifdef RCC_FAKEDEV
+    o->copy[in] = (struct soak_copy){d, g, n, stream, NULL};
+    o->copy[in + 2] = (struct soak_copy){g, d, n, stream, NULL};
+#else
+    soak_cuda_check(cudaMallocHost((void **)&o->pin[in], n), "cudaMallocHost");
+    o->copy[in] = (struct soak_copy){d, o->pin[in], n, stream, g};
+    o->copy[in + 2] = (struct soak_copy){o->pin[in], d, n, stream, g};
+#endif
     return d;
 }
 
@@ -678,7 +703,7 @@ static void soak_dev_copies(soak_op_t *o, int first)
 {
     for (int i = first; i < first + 2; i++)
         if (o->copy[i].n)
-            soak_dev_copy(soak_streams[o->copy[i].stream], &o->copy[i]);
+            soak_dev_copy(soak_streams[o->copy[i].stream], &o->copy[i], i < 2);
 }
 
 /* The stream form of the call (barriers stay host calls): inputs copied in on the stream
@@ -733,6 +758,12 @@ static void soak_stream_complete(soak_op_t *ops, int nops, const struct soak_opt
         if (soak_dev_stream_sync(soak_streams[s], 2.0 * opt->timeout_s))
             soak_fail(NULL, "waiting for a stream", RCC_ERR_TIMEOUT,
                       "its work did not end within twice the communicator's timeout");
+#ifndef RCC_FAKEDEV
+    for (int i = 0; i < nops; i++) /* out of the pinned mirrors */
+        for (int k = 2; k < 4; k++)
+            if (ops[i].copy[k].n)
+                memcpy(ops[i].copy[k].host, ops[i].copy[k].dst, ops[i].copy[k].n);
+#endif
 }
 #endif
 
@@ -1008,7 +1039,13 @@ int main(int argc, char **argv)
                "timeout %d s",
                SOAK_NAME, soak_nranks, opt.ops, opt.seed, opt.maxbytes, opt.timeout_s);
         if (soak_nstreams)
-            printf(", stream calls on %d streams of the stand-in GPU", soak_nstreams);
+            printf(", stream calls on %d streams of %s", soak_nstreams,
+#ifdef RCC_FAKEDEV
+                   "the stand-in GPU"
+#else
+                   "CUDA device 0"
+#endif
+            );
         printf("\n");
         fflush(stdout);
     }

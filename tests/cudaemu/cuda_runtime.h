@@ -1,8 +1,9 @@
 /*
- * The host model of CUDA (tests/cudaemu/README.md) for C++ device code: the runtime API
- * (cuda_runtime_api.h), the execution-space keywords as nothing, the built-in index variables
- * as globals that the model's launch sets for each thread, and the device intrinsics that
- * lib/cuda/reduce_cuda.cu uses, as the GPU computes them.
+ * The host model of CUDA (tests/cudaemu/README.md): the runtime API (cuda_runtime_api.h), and
+ * for C++ device code the execution-space keywords as nothing, the built-in index variables as
+ * thread-local variables that the model's launch sets for each thread (two streams may run
+ * kernels at once), and the device intrinsics that lib/cuda/reduce_cuda.cu uses, as the GPU
+ * computes them. From C it is the runtime API alone, as CUDA's own header is.
  */
 #ifndef RINGCC_CUDAEMU_RUNTIME_H
 #define RINGCC_CUDAEMU_RUNTIME_H
@@ -11,6 +12,8 @@
 #include <string.h>
 
 #include "cuda_runtime_api.h"
+
+#ifdef __cplusplus
 
 #define __global__
 #define __device__
@@ -28,8 +31,8 @@ struct alignas(16) uint4 {
 };
 
 /* Set by the model's launch for the thread it runs. */
-extern uint3 threadIdx, blockIdx;
-extern dim3 blockDim, gridDim;
+extern thread_local uint3 threadIdx, blockIdx;
+extern thread_local dim3 blockDim, gridDim;
 
 /* The runtime's templates over a kernel (CUDA declares these in cuda_runtime.h). */
 cudaError_t cudaemu_occupancy(int *blocks_per_sm, int block_threads);
@@ -136,5 +139,7 @@ static inline uint16_t cudaemu_f2h(float f)
 }
 #define RED_CVT_F16_TO_F32(f, h) ((f) = cudaemu_h2f(h))
 #define RED_CVT_F32_TO_F16(h, f) ((h) = cudaemu_f2h(f))
+
+#endif /* __cplusplus */
 
 #endif /* RINGCC_CUDAEMU_RUNTIME_H */
