@@ -35,9 +35,10 @@
  * with no host synchronisation in between; the streams are synchronised at the end of each
  * step and the copies checked as above. Barriers stay host calls among the stream calls.
  * ringcc-soak-cuda (bench/, built with CUDA) does the same on a real GPU, every rank on GPU 0
- * (the copies in and back are cudaMemcpyAsync through pinned mirrors of the host buffers;
- * exit status 77 where no GPU is usable); tests/cudaemu builds it on the host model of CUDA
- * (soak_cuda_emu).
+ * (the copies in and back are cudaMemcpyAsync through pinned mirrors of the host buffers; a
+ * third of the device buffers, each rank drawing its own, come from the stream-ordered pool,
+ * which CUDA IPC cannot export, as with PyTorch's expandable segments; exit status 77 where no
+ * GPU is usable); tests/cudaemu builds it on the host model of CUDA (soak_cuda_emu).
  *
  * Prints what ran, the bytes moved, the wrong elements (over all ranks) and the time. Exit
  * status 0 when every result was right, 1 on a wrong result or a failed call (after which the
@@ -156,6 +157,9 @@ typedef struct {
         void *host; /* CUDA: the guarded host buffer that src (copy in) or dst (back) mirrors */
     } copy[4]; /* the sendbuf's copy in, the recvbuf's copy in, then their copies back */
     char *pin[2]; /* CUDA: the pinned mirrors of smem and rmem */
+    char pool[2]; /* CUDA: dsmem / drmem from the stream-ordered pool (cudaMallocAsync on its
+                   * copy's stream), which CUDA IPC cannot export, PyTorch's expandable
+                   * segments alike: no output window over cudaipc for it */
 } soak_op_t;
 
 static rcc_comm_t soak_comm;
@@ -163,7 +167,7 @@ static int soak_rank, soak_nranks;
 static int soak_nstreams; /* --streams: 0 outside ringcc-soak-stream and ringcc-soak-cuda */
 #ifdef SOAK_DEVICE
 static void *soak_streams[SOAK_MAX_STREAMS];
-static void soak_dev_free(char *p);
+static void soak_dev_free(char *p, int pool, int stream);
 #ifndef RCC_FAKEDEV
 static void soak_cuda_check(cudaError_t err, const char *call);
 #endif
@@ -489,8 +493,8 @@ static void soak_prepare(soak_op_t *o)
 static void soak_free(soak_op_t *o)
 {
 #ifdef SOAK_DEVICE
-    soak_dev_free(o->dsmem);
-    soak_dev_free(o->drmem);
+    soak_dev_free(o->dsmem, o->pool[0], o->copy[0].stream);
+    soak_dev_free(o->drmem, o->pool[1], o->copy[1].stream);
     o->dsmem = o->drmem = NULL;
 #ifndef RCC_FAKEDEV
     for (int k = 0; k < 2; k++)
@@ -569,26 +573,35 @@ static void soak_cuda_check(cudaError_t err, const char *call)
 }
 #endif
 
-static char *soak_dev_malloc(size_t bytes)
+/* pool (CUDA): from the stream-ordered pool, for work queued on `stream` from now on. */
+static char *soak_dev_malloc(size_t bytes, int pool, int stream)
 {
 #ifdef RCC_FAKEDEV
+    (void)pool, (void)stream;
     return fakedev_malloc(bytes);
 #else
     void *p = NULL;
-    soak_cuda_check(cudaMalloc(&p, bytes), "cudaMalloc");
+    if (pool)
+        soak_cuda_check(cudaMallocAsync(&p, bytes, soak_streams[stream]), "cudaMallocAsync");
+    else
+        soak_cuda_check(cudaMalloc(&p, bytes), "cudaMalloc");
     return p;
 #endif
 }
 
 /* After the streams that used it were waited for. */
-static void soak_dev_free(char *p)
+static void soak_dev_free(char *p, int pool, int stream)
 {
     if (!p)
         return;
 #ifdef RCC_FAKEDEV
+    (void)pool, (void)stream;
     fakedev_free(p);
 #else
-    soak_cuda_check(cudaFree(p), "cudaFree");
+    if (pool)
+        soak_cuda_check(cudaFreeAsync(p, soak_streams[stream]), "cudaFreeAsync");
+    else
+        soak_cuda_check(cudaFree(p), "cudaFree");
 #endif
 }
 
@@ -646,10 +659,16 @@ static int soak_dev_stream_sync(void *s, double timeout_s)
 
 /* A device copy of the guarded host buffer `host` (guards too): copy[in] fills it on `stream`
  * before the call, copy[in + 2] copies it back after (on CUDA through a pinned mirror). */
-static char *soak_dev_buffer(soak_op_t *o, char *host, size_t bytes, int in, int stream)
+static char *soak_dev_buffer(soak_op_t *o, char *host, size_t bytes, int in, int stream,
+                             uint64_t *own)
 {
     size_t n = bytes + 2 * TD_GUARD;
-    char *d = soak_dev_malloc(n), *g = host - TD_GUARD;
+#ifdef RCC_FAKEDEV
+    (void)own; /* no pool: the stand-in GPU's draws stay as they were */
+#else
+    o->pool[in] = soak_below(own, 3) == 0;
+#endif
+    char *d = soak_dev_malloc(n, o->pool[in], stream), *g = host - TD_GUARD;
 #ifdef RCC_FAKEDEV
     o->copy[in] = (struct soak_copy){d, g, n, stream, NULL};
     o->copy[in + 2] = (struct soak_copy){g, d, n, stream, NULL};
@@ -682,9 +701,9 @@ static void soak_dev_prepare(soak_op_t *o, uint64_t *shared, uint64_t *own)
     if (where >= 70 && where < 85 && (o->kind == SK_BROADCAST || o->kind == SK_REDUCE))
         where = 0;
     if (where < 85 && o->smem)
-        o->dsmem = soak_dev_buffer(o, o->smem, o->sbytes, 0, o->stream);
+        o->dsmem = soak_dev_buffer(o, o->smem, o->sbytes, 0, o->stream, own);
     if (where < 70 && o->rmem)
-        o->drmem = soak_dev_buffer(o, o->rmem, o->rbytes, 1, rs);
+        o->drmem = soak_dev_buffer(o, o->rmem, o->rbytes, 1, rs, own);
 }
 
 /* The device address of a host address inside smem or rmem where those have device copies. */
