@@ -200,11 +200,15 @@ static void pipe_passes(const struct rcc_comm *comm, const rcci_op_t *op, size_t
 /* The schedule of `op` in chunks of at most `chunk_bytes` (an allreduce on
  * the ring in passes of `pass_bytes` or more, 0: one); `scratch`: where
  * partial results go (reduce-scatter's two segments, or reduce's `slots`
- * chunks), NULL: the communicator's host areas. */
-static void pipe_schedule(struct rcc_comm *comm, const rcci_op_t *op, char *scratch,
+ * chunks): on the device, the operation's (NULL where it needs none); on
+ * the host, NULL: the communicator's host areas, which only the progress
+ * thread may read (it grows them), while device schedules are also made at
+ * the call. */
+static void pipe_schedule(struct rcc_comm *comm, const rcci_op_t *op, int device, char *scratch,
                           size_t chunk_bytes, size_t min_chunks, size_t pass_bytes,
                           rcci_schedule_t *sched)
 {
+    int own = device || scratch;
     size_t esize = rcc_datatype_size(op->dtype);
     size_t chunk_elems = pipe_chunk_elems(comm, op, esize, chunk_bytes, min_chunks), pass_elems;
     pipe_passes(comm, op, esize, min_chunks, pass_bytes, &chunk_elems, &pass_elems);
@@ -217,8 +221,8 @@ static void pipe_schedule(struct rcc_comm *comm, const rcci_op_t *op, char *scra
                                .redop = op->redop,
                                .sendbuf = op->sendbuf,
                                .recvbuf = op->recvbuf,
-                               .scratch = scratch ? scratch : comm->scratch,
-                               .stage = scratch ? scratch : comm->stage_mem,
+                               .scratch = own ? scratch : comm->scratch,
+                               .stage = own ? scratch : comm->stage_mem,
                                .slots = (size_t)comm->slots,
                                .chunk_elems = chunk_elems,
                                .pass_elems = pass_elems};
@@ -236,7 +240,7 @@ size_t rcci_coll_edge_conns(const struct rcc_comm *comm, const rcci_op_t *op)
     return n < 1 ? 1 : n;
 }
 
-static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scratch,
+static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, int device, char *scratch,
                                size_t chunk_bytes, size_t min_chunks, size_t pass_bytes,
                                rcci_exec_t **out)
 {
@@ -248,11 +252,12 @@ static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scrat
     rcci_op_tag(op, op->seq, &x->tag);
     size_t esize = rcc_datatype_size(op->dtype);
     rcc_result_t res =
-        scratch ? RCC_SUCCESS
-                : pipe_scratch(comm, rcci_schedule_scratch_bytes(op->coll, op->count, esize));
+        device || scratch
+            ? RCC_SUCCESS
+            : pipe_scratch(comm, rcci_schedule_scratch_bytes(op->coll, op->count, esize));
     if (res != RCC_SUCCESS)
         return res;
-    pipe_schedule(comm, op, scratch, chunk_bytes, min_chunks, pass_bytes, &x->sched);
+    pipe_schedule(comm, op, device, scratch, chunk_bytes, min_chunks, pass_bytes, &x->sched);
     x->nconns = rcci_coll_edge_conns(comm, op);
     x->sl = &comm->send_link;
     x->rl = &comm->recv_link;
@@ -267,7 +272,7 @@ static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, char *scrat
 
 rcc_result_t rcci_coll_start(struct rcc_comm *comm, rcci_op_t *op, rcci_exec_t **out)
 {
-    return pipe_start(comm, op, NULL, comm->chunk_bytes, PIPE_MIN_CHUNKS, comm->ring_pass_bytes,
+    return pipe_start(comm, op, 0, NULL, comm->chunk_bytes, PIPE_MIN_CHUNKS, comm->ring_pass_bytes,
                       out);
 }
 
@@ -283,7 +288,7 @@ static size_t pipe_device_min_chunks(const struct rcc_comm *comm)
 void rcci_coll_device_schedule(struct rcc_comm *comm, const rcci_op_t *op, char *dscratch,
                                rcci_schedule_t *sched)
 {
-    pipe_schedule(comm, op, dscratch, comm->dev_chunk_bytes, pipe_device_min_chunks(comm), 0,
+    pipe_schedule(comm, op, 1, dscratch, comm->dev_chunk_bytes, pipe_device_min_chunks(comm), 0,
                   sched);
 }
 
@@ -352,8 +357,8 @@ rcc_result_t rcci_coll_start_device(struct rcc_comm *comm, rcci_op_t *op, const 
                                     void *dstream, char *pinned, char *dscratch, char *dslots,
                                     rcci_exec_t **out)
 {
-    rcc_result_t res =
-        pipe_start(comm, op, dscratch, comm->dev_chunk_bytes, pipe_device_min_chunks(comm), 0, out);
+    rcc_result_t res = pipe_start(comm, op, 1, dscratch, comm->dev_chunk_bytes,
+                                  pipe_device_min_chunks(comm), 0, out);
     rcci_exec_t *x = *out;
     if (res != RCC_SUCCESS)
         return res;
