@@ -319,6 +319,14 @@ rcc_result_t rcci_conn_notice(const rcci_transport_t *tr, rcci_conn_t *conn);
  * communicator is not broken by a peer that left; an operation that needs
  * the peer fails with its text. */
 int rcci_conn_said_goodbye(const rcci_transport_t *tr, rcci_conn_t *conn);
+/* Whether rank r said goodbye (destroyed its communicator cleanly) on any
+ * connection with this rank, of the ring (rcci_ring_peer_said_goodbye) or
+ * point-to-point. A clean destroy says it on the connections it knows, then
+ * closes the rest with its listeners: one this rank made that r had not yet
+ * accepted is then reset by r's kernel, with no goodbye of its own, and
+ * means no failure. */
+int rcci_ring_peer_said_goodbye(struct rcc_comm *comm, int r);
+int rcci_peer_said_goodbye(struct rcc_comm *comm, int r);
 void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text);
 /* Closes the ring's connections. `failing` (the progress thread, after a
  * failure): the device ring's stay open where operations queue on them at

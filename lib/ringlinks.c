@@ -31,6 +31,17 @@ int rcci_conn_said_goodbye(const rcci_transport_t *tr, rcci_conn_t *conn)
     return found == RCCI_PEEK_GOODBYE;
 }
 
+int rcci_ring_peer_said_goodbye(struct rcc_comm *comm, int r)
+{
+    for (int i = 0; i < RING_LINKS; i++) {
+        rcci_link_t *link = rcci_ring_link(comm, i);
+        for (int c = 0; c < link->nconns && link->peer == r; c++)
+            if (link->conns[c] && rcci_conn_said_goodbye(link->tr, link->conns[c]))
+                return 1;
+    }
+    return 0;
+}
+
 rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
 {
     for (int i = 0; i < RING_LINKS; i++) {
@@ -40,7 +51,7 @@ rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
                 continue;
             rcc_result_t res = notices_only ? rcci_conn_notice(link->tr, link->conns[c])
                                             : link->tr->probe(link->conns[c]);
-            if (res == RCC_SUCCESS || rcci_conn_said_goodbye(link->tr, link->conns[c]))
+            if (res == RCC_SUCCESS || rcci_peer_said_goodbye(comm, link->peer))
                 continue; /* a neighbour that left cleanly fails only what needs it */
             /* The probe's own text says whether the peer told why (its
              * notice names the cause) or just went: it stays. */

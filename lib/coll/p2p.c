@@ -379,12 +379,10 @@ static void p2p_conns(const rcci_p2p_lane_t *lane, int r, rcci_conn_t *conns[2])
     conns[1] = lane->in[r] != lane->out[r] ? lane->in[r] : NULL;
 }
 
-/* Whether rank r said goodbye on any of its point-to-point connections. A
- * clean destroy says it on those it knows, then closes the rest with its
- * listener: a connection this rank made that r had not yet accepted is then
- * reset by r's kernel, with no goodbye of its own. */
-static int p2p_peer_said_goodbye(struct rcc_comm *comm, int r)
+int rcci_peer_said_goodbye(struct rcc_comm *comm, int r)
 {
+    if (rcci_ring_peer_said_goodbye(comm, r))
+        return 1;
     rcci_p2p_links_t *p = &comm->p2p;
     for (int l = 0; l < RCCI_P2P_LANES; l++) {
         rcci_p2p_lane_t *lane = &p->lane[l];
@@ -413,7 +411,7 @@ static rcc_result_t p2p_probe_all(struct rcc_comm *comm, int notices_only)
                 rcc_result_t res = !conns[i]      ? RCC_SUCCESS
                                    : notices_only ? rcci_conn_notice(p->tr, conns[i])
                                                   : p->tr->probe(conns[i]);
-                if (res == RCC_SUCCESS || p2p_peer_said_goodbye(comm, r))
+                if (res == RCC_SUCCESS || rcci_peer_said_goodbye(comm, r))
                     continue;
                 char peer[128];
                 rcci_bootstrap_peer_name(comm->bootstrap, r, peer, sizeof peer);
