@@ -67,12 +67,17 @@ typedef struct rcci_devapi {
 
     /* -- appended for the cudaipc transport (transports/cudaipc/); a table
      * without them (NULL) has no IPC, and the transport says so. -- */
-    /* Memory another process of this host can map: device memory (host 0;
-     * cudaMalloc + cudaIpcGetMemHandle) or host memory the device can
-     * read and write and the stream functions above can store flags in
-     * (host 1). Zeroed. Writes its handle (RCCI_IPC_HANDLE_BYTES). On
-     * failure *p is NULL: nothing for the caller to free. */
-    rcc_result_t (*ipc_alloc)(void **p, size_t bytes, int host, void *handle);
+    /* Memory another process of this host can map: device memory
+     * (RCCI_IPC_DEVICE; cudaMalloc + cudaIpcGetMemHandle) or host memory the
+     * device can read and write and the stream functions above can store
+     * flags in (RCCI_IPC_HOST); both zeroed, which for device memory means
+     * waiting for a memset on a stream of its own: it runs behind whatever
+     * shares that stream's hardware queue, so only where no queued GPU work
+     * can wait for the caller (at init). RCCI_IPC_DEVICE_UNCLEARED: device
+     * memory as it comes, no GPU work at all (memory written before it is
+     * read, made during a call). Writes its handle (RCCI_IPC_HANDLE_BYTES).
+     * On failure *p is NULL: nothing for the caller to free. */
+    rcc_result_t (*ipc_alloc)(void **p, size_t bytes, int kind, void *handle);
     void (*ipc_free)(void *p);
     /* Maps a peer process's ipc_alloc memory from its handle (device memory:
      * with peer access where the devices differ and allow it). Fails with
@@ -134,6 +139,9 @@ typedef struct rcci_devapi {
      * it is relaxed. For this thread, from now on; idempotent. */
     void (*relax_capture)(void);
 } rcci_devapi_t;
+
+/* ipc_alloc's kinds of memory. */
+enum { RCCI_IPC_DEVICE = 0, RCCI_IPC_HOST = 1, RCCI_IPC_DEVICE_UNCLEARED = 2 };
 
 /* Size of an ipc_alloc handle (CUDA's cudaIpcMemHandle_t is 64 bytes). */
 #define RCCI_IPC_HANDLE_BYTES 96

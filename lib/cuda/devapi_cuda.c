@@ -296,11 +296,12 @@ static cudaError_t cuda_zero_now(void *p, size_t bytes)
     return e != cudaSuccess ? e : e2;
 }
 
-static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int host, void *handle)
+static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int kind, void *handle)
 {
     ipc_handle_t h;
     memset(&h, 0, sizeof h);
     *p = NULL;
+    int host = kind == RCCI_IPC_HOST;
     h.host = (uint32_t)host;
     h.device = cuda_current_device();
     h.pid = (int32_t)getpid();
@@ -320,7 +321,8 @@ static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int host, void *handl
         cudaError_t e = cudaMalloc(p, (size_t)h.bytes);
         if (e != cudaSuccess)
             return cuda_fail(e, "cudaMalloc of IPC receive slots");
-        e = cuda_zero_now(*p, (size_t)h.bytes);
+        if (kind == RCCI_IPC_DEVICE)
+            e = cuda_zero_now(*p, (size_t)h.bytes);
         if (e == cudaSuccess)
             e = cudaIpcGetMemHandle(&h.u.cuda, *p);
         res = e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaIpcGetMemHandle");

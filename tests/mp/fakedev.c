@@ -727,8 +727,9 @@ static void handle_of(int i, void *handle)
     memcpy(handle, &fh, sizeof fh);
 }
 
-static rcc_result_t fake_ipc_alloc(void **p, size_t bytes, int host, void *handle)
+static rcc_result_t fake_ipc_alloc(void **p, size_t bytes, int kind, void *handle)
 {
+    int host = kind == RCCI_IPC_HOST; /* uncleared device memory comes zeroed here */
     rcci_ipcmem_handle_t h;
     rcc_result_t res = rcci_ipcmem_create(bytes ? bytes : 1, p, &h);
     if (res != RCC_SUCCESS)

@@ -331,13 +331,13 @@ static rcc_result_t cipc_setup(cipc_ctx_t *ctx, rcci_conn_t *ctrl, int peer_rank
     rcc_result_t res = dev->use_device(ctx->device);
     if (res == RCC_SUCCESS && (res = dev->stream_create(&c->tx_stream)) == RCC_SUCCESS)
         res = dev->stream_create(&c->rx_stream);
-    if (res == RCC_SUCCESS &&
-        (res = dev->ipc_alloc(&p, sizeof(rcci_cipc_page_t), 1, c->mine.page_handle)) == RCC_SUCCESS) {
+    if (res == RCC_SUCCESS && (res = dev->ipc_alloc(&p, sizeof(rcci_cipc_page_t), RCCI_IPC_HOST,
+                                                    c->mine.page_handle)) == RCC_SUCCESS) {
         c->rx_page = p;
         c->rx_page->open = 1;
     }
     if (res == RCC_SUCCESS &&
-        (res = dev->ipc_alloc(&p, (size_t)RCCI_CIPC_SLOTS * c->rx_slot_bytes, 0,
+        (res = dev->ipc_alloc(&p, (size_t)RCCI_CIPC_SLOTS * c->rx_slot_bytes, RCCI_IPC_DEVICE,
                               c->mine.slots_handle)) == RCC_SUCCESS)
         c->rx_slots = p;
     if (res == RCC_SUCCESS && (res = CTRL->isend(ctrl, &c->mine, sizeof c->mine, &tag, NULL,

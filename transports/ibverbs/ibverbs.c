@@ -1618,7 +1618,10 @@ static void verbs_qring_free(rcci_conn_t *c, verbs_qring_t *r)
 /* One direction's ring, on its first queued call: plain device memory
  * (cudaMalloc's, which ipc_alloc makes; a stream-ordered pool's cannot be
  * registered), registered with the adapter as GPUDirect RDMA memory;
- * receive slots for the peer's writes, staging only for reads. */
+ * receive slots for the peer's writes, staging only for reads. Not cleared:
+ * every slot is written before it is read, and clearing would wait for the
+ * GPU, behind the caller's own queued work on a shared hardware queue (a
+ * group's calls, launched only at its end, deadlocked there). */
 static rcc_result_t verbs_qring_make(rcci_conn_t *c, verbs_qring_t *r, int access, int *ready)
 {
     if (verbs_qready(ready))
@@ -1627,7 +1630,7 @@ static rcc_result_t verbs_qring_make(rcci_conn_t *c, verbs_qring_t *r, int acces
     size_t bytes = (size_t)c->ctx->geom.nslots * c->ctx->qslot_bytes;
     char handle[RCCI_IPC_HANDLE_BYTES];
     void *mr = NULL;
-    rcc_result_t res = dev->ipc_alloc((void **)&r->slots, bytes, 0, handle);
+    rcc_result_t res = dev->ipc_alloc((void **)&r->slots, bytes, RCCI_IPC_DEVICE_UNCLEARED, handle);
     if (res == RCC_SUCCESS)
         res = dev->host_alloc((void **)&r->flags, 2 * IBV_QF_STRIDE * sizeof *r->flags);
     if (res == RCC_SUCCESS)
