@@ -324,7 +324,8 @@ int rcci_conn_said_goodbye(const rcci_transport_t *tr, rcci_conn_t *conn);
  * point-to-point. A clean destroy says it on the connections it knows, then
  * closes the rest with its listeners: one this rank made that r had not yet
  * accepted is then reset by r's kernel, with no goodbye of its own, and
- * means no failure. */
+ * means no failure. Peeks every such connection, taking announcements
+ * (watch.c's) waiting there: for an idle communicator's probe only. */
 int rcci_ring_peer_said_goodbye(struct rcc_comm *comm, int r);
 int rcci_peer_said_goodbye(struct rcc_comm *comm, int r);
 void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text);

@@ -51,8 +51,13 @@ rcc_result_t rcci_ring_probe(struct rcc_comm *comm, int notices_only)
                 continue;
             rcc_result_t res = notices_only ? rcci_conn_notice(link->tr, link->conns[c])
                                             : link->tr->probe(link->conns[c]);
-            if (res == RCC_SUCCESS || rcci_peer_said_goodbye(comm, link->peer))
-                continue; /* a neighbour that left cleanly fails only what needs it */
+            /* A neighbour that left cleanly fails only what needs it. Only the
+             * full (idle) probe asks the peer's other connections, whose peeks
+             * take announcements that watch.c wants while operations run. */
+            if (res == RCC_SUCCESS ||
+                (notices_only ? rcci_conn_said_goodbye(link->tr, link->conns[c])
+                              : rcci_peer_said_goodbye(comm, link->peer)))
+                continue;
             /* The probe's own text says whether the peer told why (its
              * notice names the cause) or just went: it stays. */
             char peer[128];

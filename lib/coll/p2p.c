@@ -411,7 +411,10 @@ static rcc_result_t p2p_probe_all(struct rcc_comm *comm, int notices_only)
                 rcc_result_t res = !conns[i]      ? RCC_SUCCESS
                                    : notices_only ? rcci_conn_notice(p->tr, conns[i])
                                                   : p->tr->probe(conns[i]);
-                if (res == RCC_SUCCESS || rcci_peer_said_goodbye(comm, r))
+                /* The peer's other connections only in the full (idle) probe:
+                 * their peeks take announcements watch.c wants otherwise. */
+                if (res == RCC_SUCCESS || (notices_only ? rcci_conn_said_goodbye(p->tr, conns[i])
+                                                        : rcci_peer_said_goodbye(comm, r)))
                     continue;
                 char peer[128];
                 rcci_bootstrap_peer_name(comm->bootstrap, r, peer, sizeof peer);
