@@ -198,17 +198,16 @@ static void pipe_passes(const struct rcc_comm *comm, const rcci_op_t *op, size_t
 }
 
 /* The schedule of `op` in chunks of at most `chunk_bytes` (an allreduce on
- * the ring in passes of `pass_bytes` or more, 0: one); `scratch`: where
- * partial results go (reduce-scatter's two segments, or reduce's `slots`
- * chunks): on the device, the operation's (NULL where it needs none); on
- * the host, NULL: the communicator's host areas, which only the progress
+ * the ring in passes of `pass_bytes` or more, 0: one); where partial results
+ * go (reduce-scatter's two segments, or reduce's `slots` chunks): on the
+ * device, `scratch`, the operation's (NULL where it needs none); on the host
+ * (scratch NULL), the communicator's host areas, which only the progress
  * thread may read (it grows them), while device schedules are also made at
  * the call. */
 static void pipe_schedule(struct rcc_comm *comm, const rcci_op_t *op, int device, char *scratch,
                           size_t chunk_bytes, size_t min_chunks, size_t pass_bytes,
                           rcci_schedule_t *sched)
 {
-    int own = device || scratch;
     size_t esize = rcc_datatype_size(op->dtype);
     size_t chunk_elems = pipe_chunk_elems(comm, op, esize, chunk_bytes, min_chunks), pass_elems;
     pipe_passes(comm, op, esize, min_chunks, pass_bytes, &chunk_elems, &pass_elems);
@@ -221,8 +220,8 @@ static void pipe_schedule(struct rcc_comm *comm, const rcci_op_t *op, int device
                                .redop = op->redop,
                                .sendbuf = op->sendbuf,
                                .recvbuf = op->recvbuf,
-                               .scratch = own ? scratch : comm->scratch,
-                               .stage = own ? scratch : comm->stage_mem,
+                               .scratch = device ? scratch : comm->scratch,
+                               .stage = device ? scratch : comm->stage_mem,
                                .slots = (size_t)comm->slots,
                                .chunk_elems = chunk_elems,
                                .pass_elems = pass_elems};
@@ -252,9 +251,8 @@ static rcc_result_t pipe_start(struct rcc_comm *comm, rcci_op_t *op, int device,
     rcci_op_tag(op, op->seq, &x->tag);
     size_t esize = rcc_datatype_size(op->dtype);
     rcc_result_t res =
-        device || scratch
-            ? RCC_SUCCESS
-            : pipe_scratch(comm, rcci_schedule_scratch_bytes(op->coll, op->count, esize));
+        device ? RCC_SUCCESS
+               : pipe_scratch(comm, rcci_schedule_scratch_bytes(op->coll, op->count, esize));
     if (res != RCC_SUCCESS)
         return res;
     pipe_schedule(comm, op, device, scratch, chunk_bytes, min_chunks, pass_bytes, &x->sched);
