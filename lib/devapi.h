@@ -68,14 +68,13 @@ typedef struct rcci_devapi {
     /* -- appended for the cudaipc transport (transports/cudaipc/); a table
      * without them (NULL) has no IPC, and the transport says so. -- */
     /* Memory another process of this host can map: device memory
-     * (RCCI_IPC_DEVICE; cudaMalloc + cudaIpcGetMemHandle) or host memory the
-     * device can read and write and the stream functions above can store
-     * flags in (RCCI_IPC_HOST); both zeroed, which for device memory means
-     * waiting for a memset on a stream of its own: it runs behind whatever
-     * shares that stream's hardware queue, so only where no queued GPU work
-     * can wait for the caller (at init). RCCI_IPC_DEVICE_UNCLEARED: device
-     * memory as it comes, no GPU work at all (memory written before it is
-     * read, made during a call). Writes its handle (RCCI_IPC_HANDLE_BYTES).
+     * (RCCI_IPC_DEVICE; cudaMalloc + cudaIpcGetMemHandle), as it comes, not
+     * cleared: clearing is GPU work, which would run behind whatever shares
+     * its stream's hardware queue (a caller's open group included) and so
+     * could wait for the caller; every user writes before it reads. Or host
+     * memory the device can read and write and the stream functions above
+     * can store flags in (RCCI_IPC_HOST), zeroed. Queues no GPU work and
+     * never waits for the GPU. Writes its handle (RCCI_IPC_HANDLE_BYTES).
      * On failure *p is NULL: nothing for the caller to free. */
     rcc_result_t (*ipc_alloc)(void **p, size_t bytes, int kind, void *handle);
     void (*ipc_free)(void *p);
@@ -141,7 +140,7 @@ typedef struct rcci_devapi {
 } rcci_devapi_t;
 
 /* ipc_alloc's kinds of memory. */
-enum { RCCI_IPC_DEVICE = 0, RCCI_IPC_HOST = 1, RCCI_IPC_DEVICE_UNCLEARED = 2 };
+enum { RCCI_IPC_DEVICE = 0, RCCI_IPC_HOST = 1 };
 
 /* Size of an ipc_alloc handle (CUDA's cudaIpcMemHandle_t is 64 bytes). */
 #define RCCI_IPC_HANDLE_BYTES 96

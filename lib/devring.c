@@ -227,8 +227,7 @@ static int devring_gdr_probe(struct rcc_comm *comm, int tr, char *why, size_t si
     void *p = NULL;
     rcci_mr_t *mr = NULL;
     int ok = dev && dev->ipc_alloc &&
-             dev->ipc_alloc(&p, DEVRING_GDR_PROBE_BYTES, RCCI_IPC_DEVICE_UNCLEARED, handle) ==
-                 RCC_SUCCESS &&
+             dev->ipc_alloc(&p, DEVRING_GDR_PROBE_BYTES, RCCI_IPC_DEVICE, handle) == RCC_SUCCESS &&
              rcci_transports[tr]->reg_mem(comm->tctx[tr], p, DEVRING_GDR_PROBE_BYTES, RCCI_MEM_CUDA,
                                           &mr) == RCC_SUCCESS;
     if (!ok)
@@ -260,8 +259,8 @@ static rcc_result_t devring_probe(struct rcc_comm *comm, int send_tr, int recv_t
     for (int k = 0; k < 2 && ipc_recv && !me.failed; k++) {
         char *h = handles + (size_t)comm->rank * block + (size_t)k * RCCI_IPC_HANDLE_BYTES;
         if (!dev || !dev->ipc_alloc ||
-            dev->ipc_alloc(&mine[k], DEVRING_PROBE_BYTES,
-                           k ? RCCI_IPC_HOST : RCCI_IPC_DEVICE_UNCLEARED, h) != RCC_SUCCESS) {
+            dev->ipc_alloc(&mine[k], DEVRING_PROBE_BYTES, k ? RCCI_IPC_HOST : RCCI_IPC_DEVICE, h) !=
+                RCC_SUCCESS) {
             me.failed = 1;
             snprintf(me.why, sizeof me.why, "rank %d cannot export %s memory: %s", comm->rank,
                      k ? "device-mapped host" : "device", dev ? rcci_tls_error() : "no GPU API");

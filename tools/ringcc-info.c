@@ -131,7 +131,7 @@ static void info_gdr(void)
     const size_t bytes = 2u << 20;
     void *buf = NULL;
     char handle[RCCI_IPC_HANDLE_BYTES];
-    if (dev->ipc_alloc(&buf, bytes, 0, handle) != RCC_SUCCESS) {
+    if (dev->ipc_alloc(&buf, bytes, RCCI_IPC_DEVICE, handle) != RCC_SUCCESS) {
         printf("  no: 2 MiB of device memory: %s\n", rcc_last_error(NULL));
         return;
     }

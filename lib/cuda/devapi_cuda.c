@@ -280,22 +280,6 @@ static rcc_result_t ipc_host_register(void *p, size_t bytes)
     return e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaHostRegister of a shared flag page");
 }
 
-/* Zeroes device memory and waits for it, on a stream of its own: the
- * legacy default stream would wait for (and be waited on by) every
- * blocking stream, an application's among them, which may be waiting on a
- * flag of ours. */
-static cudaError_t cuda_zero_now(void *p, size_t bytes)
-{
-    cudaStream_t st;
-    cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-    if (e != cudaSuccess)
-        return e;
-    e = cudaMemsetAsync(p, 0, bytes, st);
-    cudaError_t e2 = cudaStreamSynchronize(st);
-    cudaStreamDestroy(st);
-    return e != cudaSuccess ? e : e2;
-}
-
 static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int kind, void *handle)
 {
     ipc_handle_t h;
@@ -321,10 +305,7 @@ static rcc_result_t cuda_ipc_alloc(void **p, size_t bytes, int kind, void *handl
         cudaError_t e = cudaMalloc(p, (size_t)h.bytes);
         if (e != cudaSuccess)
             return cuda_fail(e, "cudaMalloc of IPC receive slots");
-        if (kind == RCCI_IPC_DEVICE)
-            e = cuda_zero_now(*p, (size_t)h.bytes);
-        if (e == cudaSuccess)
-            e = cudaIpcGetMemHandle(&h.u.cuda, *p);
+        e = cudaIpcGetMemHandle(&h.u.cuda, *p);
         res = e == cudaSuccess ? RCC_SUCCESS : cuda_fail(e, "cudaIpcGetMemHandle");
         if (res != RCC_SUCCESS) {
             cudaFree(*p);

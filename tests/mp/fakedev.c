@@ -729,11 +729,13 @@ static void handle_of(int i, void *handle)
 
 static rcc_result_t fake_ipc_alloc(void **p, size_t bytes, int kind, void *handle)
 {
-    int host = kind == RCCI_IPC_HOST; /* uncleared device memory comes zeroed here */
+    int host = kind == RCCI_IPC_HOST;
     rcci_ipcmem_handle_t h;
     rcc_result_t res = rcci_ipcmem_create(bytes ? bytes : 1, p, &h);
     if (res != RCC_SUCCESS)
         return res;
+    if (!host) /* device memory is not cleared: a read before a write shows */
+        memset(*p, 0xcb, (size_t)h.bytes);
     int i = allocs_add(*p, (size_t)h.bytes, 1, !host, &h);
     if (!host) /* host pages live while mapped anywhere, as CUDA's do (lib/ipcmem.h) */
         users_create(i);

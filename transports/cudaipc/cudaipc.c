@@ -336,6 +336,8 @@ static rcc_result_t cipc_setup(cipc_ctx_t *ctx, rcci_conn_t *ctrl, int peer_rank
         c->rx_page = p;
         c->rx_page->open = 1;
     }
+    /* Not cleared: a slot is read only once head says the sender wrote it
+     * (the counters live in the page, which is). */
     if (res == RCC_SUCCESS &&
         (res = dev->ipc_alloc(&p, (size_t)RCCI_CIPC_SLOTS * c->rx_slot_bytes, RCCI_IPC_DEVICE,
                               c->mine.slots_handle)) == RCC_SUCCESS)

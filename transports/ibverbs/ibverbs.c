@@ -1630,7 +1630,7 @@ static rcc_result_t verbs_qring_make(rcci_conn_t *c, verbs_qring_t *r, int acces
     size_t bytes = (size_t)c->ctx->geom.nslots * c->ctx->qslot_bytes;
     char handle[RCCI_IPC_HANDLE_BYTES];
     void *mr = NULL;
-    rcc_result_t res = dev->ipc_alloc((void **)&r->slots, bytes, RCCI_IPC_DEVICE_UNCLEARED, handle);
+    rcc_result_t res = dev->ipc_alloc((void **)&r->slots, bytes, RCCI_IPC_DEVICE, handle);
     if (res == RCC_SUCCESS)
         res = dev->host_alloc((void **)&r->flags, 2 * IBV_QF_STRIDE * sizeof *r->flags);
     if (res == RCC_SUCCESS)
