@@ -7,7 +7,9 @@
  * Right results prove the ordering both ways; a call that waited for the
  * stream would hold it past the gate's 10 s and is reported. Every
  * collective, several dtypes and ops, odd counts, in place and not, and
- * send/recv in a group. The same test on a stand-in GPU runs in every build
+ * send/recv in a group. Then a failure (the peers leave while rank 0's
+ * call waits behind a gate) must release the stream, over the device ring
+ * and over TCP. The same test on a stand-in GPU runs in every build
  * (tests/mp/test_stream.c).
  *
  * Plain C, no Check. Exit status 0, 1 (a failure), or 77 (no CUDA device:
@@ -166,6 +168,85 @@ static int rank_main(int rank, int n, void *arg)
     return td_finish(comm, bad);
 }
 
+/* Whether the stream's work has all run within `limit_s` seconds (polled:
+ * cudaStreamSynchronize would wait forever for a wait nobody releases). */
+static int stream_drains(cudaStream_t st, double limit_s)
+{
+    double t0 = td_now_s();
+    cudaError_t e;
+    while ((e = cudaStreamQuery(st)) == cudaErrorNotReady && td_now_s() - t0 < limit_s)
+        nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    return e == cudaSuccess;
+}
+
+/* A failure releases the stream: rank 0 queues, behind a gate, a device
+ * allreduce large enough to go chunk by chunk (its waits queued at the
+ * call) that the other ranks never call: they destroy their communicators.
+ * Its stream must get past the operation once the gate opens, the
+ * communicator must report the failure, and a later call on it must not
+ * hold the stream either; then the stream takes new work. Over the device
+ * ring (cudaipc: the waits are on its counters, which a failure must let
+ * pass) or, with arg, over TCP through pinned slots (flags the progress
+ * thread stores). The real CUDA backend's failure path, which the
+ * stand-in GPU's test (tests/mp/test_stream.c) does not reach. */
+static int rank_failure(int rank, int n, void *arg)
+{
+    if (arg)
+        setenv("RCC_TRANSPORT", "tcp", 1);
+    CU(cudaSetDevice(0));
+    rcc_comm_t comm = mp_comm(3000);
+    if (rank != 0)
+        return td_finish(comm, 0);
+    cudaStream_t st;
+    CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    const size_t count = 600001;
+    float *d, *h;
+    CU(cudaMalloc((void **)&d, count * sizeof(float)));
+    CU(cudaMallocHost((void **)&h, count * sizeof(float)));
+    gate_t gate = {0, 0};
+    CU(cudaLaunchHostFunc(st, gate_hold, &gate));
+    double t0 = td_now_s();
+    rcc_result_t res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, st);
+    double call_s = td_now_s() - t0;
+    atomic_store(&gate.open, 1);
+    if (res != RCC_SUCCESS)
+        MP_FAIL("%d ranks: the call failed: %s: %s", n, rcc_result_name(res), rcc_last_error(comm));
+    if (call_s > 2.0 || atomic_load(&gate.gave_up))
+        MP_FAIL("%d ranks: the call took %.2f s: it waited for its stream", n, call_s);
+    if (!stream_drains(st, 20))
+        MP_FAIL("%d ranks: the stream was left waiting for a failed operation", n);
+    rcc_result_t async = RCC_SUCCESS;
+    while (async == RCC_SUCCESS && td_now_s() - t0 < 20) {
+        rcc_comm_get_async_error(comm, &async);
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    if (async == RCC_SUCCESS)
+        MP_FAIL("%d ranks: no failure reported within 20 s", n);
+    printf("rank 0 of %d (%s): stream released, %.2f s: %s: %s\n", n, arg ? "tcp" : "default",
+           td_now_s() - t0, rcc_result_name(async), rcc_last_error(comm));
+    res = rcc_allreduce_stream(d, d, count, RCC_FLOAT32, RCC_SUM, comm, st);
+    if (res == RCC_SUCCESS)
+        MP_FAIL("%d ranks: a call on the failed communicator was taken", n);
+    if (!stream_drains(st, 20))
+        MP_FAIL("%d ranks: a call on the failed communicator left its stream waiting", n);
+    /* The stream goes on as before. */
+    for (size_t i = 0; i < count; i++)
+        h[i] = (float)(i % 1000);
+    CU(cudaMemcpyAsync(d, h, count * sizeof(float), cudaMemcpyHostToDevice, st));
+    CU(cudaMemsetAsync(h, 0, count * sizeof(float), st));
+    CU(cudaMemcpyAsync(h, d, count * sizeof(float), cudaMemcpyDeviceToHost, st));
+    if (!stream_drains(st, 20))
+        MP_FAIL("%d ranks: the stream took no new work", n);
+    for (size_t i = 0; i < count; i++)
+        if (h[i] != (float)(i % 1000))
+            MP_FAIL("%d ranks: after the failure, element %zu is %g", n, i, (double)h[i]);
+    rcc_comm_destroy(comm); /* reports the failure again */
+    cudaStreamDestroy(st);
+    cudaFree(d);
+    cudaFreeHost(h);
+    return 0;
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -177,5 +258,13 @@ int main(void)
         printf("%s %d rank%s on one GPU\n", rc == 0 ? "PASS" : "FAIL", n, n > 1 ? "s" : "");
         failed |= rc != 0;
     }
+    static const int tcp = 1;
+    for (int n = 2; n <= 4; n++)
+        for (int t = 0; t < 2; t++) {
+            int rc = mp_run(n, rank_failure, t ? (void *)&tcp : NULL, 120);
+            printf("%s %d ranks, a failure %s releases the stream\n", rc == 0 ? "PASS" : "FAIL", n,
+                   t ? "over TCP" : "over the device ring");
+            failed |= rc != 0;
+        }
     return failed;
 }
