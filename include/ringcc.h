@@ -186,6 +186,9 @@ RCC_API rcc_result_t rcc_comm_init_env(rcc_comm_t *comm, const rcc_config_t *con
 
 /* Waits (bounded by the timeout) for this rank's queued operations to finish,
  * closes connections, stops the progress thread and frees the communicator.
+ * After a failure whose GPU work ran late (stream operations), also waits,
+ * within the timeout, for that work before it unmaps the memory it writes;
+ * where it has not run by then, that memory stays mapped (leaked).
  * Not collective, but peers still running operations with this rank will see
  * it leave. `comm` must not be used by any thread afterwards; where that
  * can be detected (ringcc keeps a list of live communicators and refuses

@@ -497,6 +497,15 @@ static void comm_free(struct rcc_comm *comm)
 {
     if (!comm)
         return;
+    /* GPU work given up on after a failure may still write into the device
+     * ring's slots and windows: unmapped under it, the GPU would fault,
+     * breaking the application's CUDA context. Waited for within the
+     * timeout; past it, the device ring stays open (leaked). */
+    int quiet = rcci_streams_quiesce(comm, rcci_now_ns() + comm->timeout_ns);
+    if (!quiet)
+        RCC_WARN("GPU work queued after a failure has not run within %.0f s; the device ring's "
+                 "memory stays mapped",
+                 comm->timeout_ns / 1e9);
     rcci_p2p_close(comm);
     if (comm->p2p.listener)
         comm->p2p.tr->close_listener(comm->p2p.listener);
@@ -506,7 +515,7 @@ static void comm_free(struct rcc_comm *comm)
         free(comm->p2p.lane[l].in);
         free(comm->p2p.lane[l].out_seq); /* holds all four counters */
     }
-    rcci_ring_close(comm, 0);
+    rcci_ring_close(comm, quiet ? 0 : RCCI_RING_LEAVE_DEVICE);
     rcci_timeline_close(comm->tl);
     rcci_streams_free(comm); /* its staging first: registered with the transports */
     rcci_memreg_free_all(comm);

@@ -332,7 +332,11 @@ void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text)
 /* Closes the ring's connections. `failing` (the progress thread, after a
  * failure): the device ring's stay open where operations queue on them at
  * the call (another thread may be queuing now); their queued waits are
- * made to pass instead (queue_abort), and they close with the communicator. */
+ * made to pass instead (queue_abort), and they close with the communicator.
+ * RCCI_RING_LEAVE_DEVICE (teardown, GPU work still queued on them after
+ * rcci_streams_quiesce's wait): the device ring's are forgotten, not
+ * closed, so that memory the GPU may still write stays mapped. */
+#define RCCI_RING_LEAVE_DEVICE 2
 void rcci_ring_close(struct rcc_comm *comm, int failing);
 rcc_result_t rcci_ring_watch(struct rcc_comm *comm);
 
@@ -380,6 +384,12 @@ int rcci_streams_settle(struct rcc_comm *comm, int wait);
 /* At the outermost rcc_group_end, after the launch: each stream of the
  * group's stream calls waits for their results. */
 void rcci_stream_group_end(void);
+/* At teardown, before the device ring's connections close: where GPU work
+ * was given up on (rcci_streams_settle's deadline), whether the library's
+ * stream has run everything queued on it, waited for until `deadline_ns`
+ * (that work may still write into the slots and windows a close unmaps,
+ * which would fault the GPU); 1 at once where nothing was given up on. */
+int rcci_streams_quiesce(struct rcc_comm *comm, int64_t deadline_ns);
 void rcci_streams_free(struct rcc_comm *comm);
 /* For tests: the next stream operation gets ticket `next` (the counter's
  * wrap after 2^32 operations, without making them). */

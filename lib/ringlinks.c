@@ -85,10 +85,15 @@ void rcci_ring_close(struct rcc_comm *comm, int failing)
     for (int i = 0; i < RING_LINKS; i++) {
         rcci_link_t *link = rcci_ring_link(comm, i);
         int device = link == &comm->dsend_link || link == &comm->drecv_link;
-        if (failing && device && comm->dev_pipeline == RCCI_DEVPIPE_RING) {
+        if (failing == 1 && device && comm->dev_pipeline == RCCI_DEVPIPE_RING) {
             for (int c = 0; c < link->nconns; c++)
                 if (link->conns[c])
                     link->tr->queue_abort(link->conns[c]);
+            continue;
+        }
+        if (failing == RCCI_RING_LEAVE_DEVICE && device) {
+            for (int c = 0; c < link->nconns; c++)
+                link->conns[c] = NULL; /* left open, and their memory mapped */
             continue;
         }
         for (int c = 0; c < link->nconns; c++) {

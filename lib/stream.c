@@ -158,6 +158,9 @@ struct rcci_streams {
     pthread_mutex_t settle_lock;
     rcci_op_t *settling;
     atomic_int nsettling;
+    /* Set once an operation's GPU work was given up on (its deadline, or
+     * its end could not be known): copy_stream may still run it. */
+    atomic_int gave_up;
 };
 
 static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out)
@@ -207,6 +210,27 @@ static rcc_result_t streams_get(struct rcc_comm *comm, struct rcci_streams **out
 }
 
 static void staging_reap(struct rcci_streams *s, int64_t deadline_ns);
+
+int rcci_streams_quiesce(struct rcc_comm *comm, int64_t deadline_ns)
+{
+    struct rcci_streams *s = comm->streams;
+    if (!s || !atomic_load(&s->gave_up))
+        return 1;
+    int previous = -1, done = 0;
+    if (rcci_device_enter(s->dev, s->device, &previous) != RCC_SUCCESS)
+        previous = -1; /* the calls below say what fails */
+    void *ev = NULL;
+    if (s->dev->event_create(&ev) == RCC_SUCCESS &&
+        s->dev->event_record(ev, s->copy_stream) == RCC_SUCCESS)
+        while (s->dev->event_query(ev, &done) == RCC_SUCCESS && !done &&
+               rcci_now_ns() < deadline_ns)
+            nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+    if (ev)
+        s->dev->event_destroy(ev);
+    rcci_device_back(s->dev, previous, s->device);
+    RCC_INFO("teardown: the GPU work given up on has %s", done ? "run" : "not run");
+    return done;
+}
 
 /* A staging buffer goes: its registration first (memreg.h). */
 static void staging_free(struct rcci_streams *s, void *buf)
@@ -649,9 +673,11 @@ static int stream_devq_ran(rcci_op_t *op, int64_t now)
             return 0;
         RCC_WARN("op #%u: its GPU work did not end within %.0f s of its end; its stream goes on",
                  op->seq, STREAM_SETTLE_NS / 1e9);
+        atomic_store(&op->mark.streams->gave_up, 1);
     } else if (res != RCC_SUCCESS) {
         RCC_WARN("op #%u: when its GPU work ends cannot be known (%s); its stream goes on", op->seq,
                  rcci_tls_error());
+        atomic_store(&op->mark.streams->gave_up, 1);
     }
     rcci_tls_error_set(error);
     return 1;
