@@ -334,8 +334,10 @@ void rcci_ring_notify(struct rcc_comm *comm, rcc_result_t res, const char *text)
  * the call (another thread may be queuing now); their queued waits are
  * made to pass instead (queue_abort), and they close with the communicator.
  * RCCI_RING_LEAVE_DEVICE (teardown, GPU work still queued on them after
- * rcci_streams_quiesce's wait): the device ring's are forgotten, not
- * closed, so that memory the GPU may still write stays mapped. */
+ * rcci_streams_quiesce's wait): the device ring's that map a peer's memory
+ * (cudaipc) are forgotten, not closed, so that memory the GPU may still
+ * write stays mapped (freeing this rank's own device memory waits for the
+ * GPU: cudaFree synchronises). */
 #define RCCI_RING_LEAVE_DEVICE 2
 void rcci_ring_close(struct rcc_comm *comm, int failing);
 rcc_result_t rcci_ring_watch(struct rcc_comm *comm);

@@ -91,9 +91,9 @@ void rcci_ring_close(struct rcc_comm *comm, int failing)
                     link->tr->queue_abort(link->conns[c]);
             continue;
         }
-        if (failing == RCCI_RING_LEAVE_DEVICE && device) {
+        if (failing == RCCI_RING_LEAVE_DEVICE && device && (link->tr->caps & RCCI_CAP_SAME_HOST)) {
             for (int c = 0; c < link->nconns; c++)
-                link->conns[c] = NULL; /* left open, and their memory mapped */
+                link->conns[c] = NULL; /* left open, the peer's memory mapped */
             continue;
         }
         for (int c = 0; c < link->nconns; c++) {
