@@ -159,5 +159,10 @@ rcc_result_t rcci_device_enter(const rcci_devapi_t *dev, int device, int *previo
  * `previous`: none known, nothing done), keeping the thread's error text:
  * the failure being reported stays the one told (devswitch.c). */
 void rcci_device_back(const rcci_devapi_t *dev, int previous, int device);
+/* Whether the work queued on `stream` so far has run, waiting for it (by an
+ * event, polled) until `deadline_ns`; 0 when it has not by then, or when
+ * that cannot be known. An event still pending is left, not destroyed: the
+ * stream may still record it. */
+int rcci_stream_drain(const rcci_devapi_t *dev, void *stream, int64_t deadline_ns);
 
 #endif /* RINGCC_DEVAPI_H */

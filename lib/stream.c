@@ -216,17 +216,10 @@ int rcci_streams_quiesce(struct rcc_comm *comm, int64_t deadline_ns)
     struct rcci_streams *s = comm->streams;
     if (!s || !atomic_load(&s->gave_up))
         return 1;
-    int previous = -1, done = 0;
+    int previous = -1;
     if (rcci_device_enter(s->dev, s->device, &previous) != RCC_SUCCESS)
         previous = -1; /* the calls below say what fails */
-    void *ev = NULL;
-    if (s->dev->event_create(&ev) == RCC_SUCCESS &&
-        s->dev->event_record(ev, s->copy_stream) == RCC_SUCCESS)
-        while (s->dev->event_query(ev, &done) == RCC_SUCCESS && !done &&
-               rcci_now_ns() < deadline_ns)
-            nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
-    if (ev)
-        s->dev->event_destroy(ev);
+    int done = rcci_stream_drain(s->dev, s->copy_stream, deadline_ns);
     rcci_device_back(s->dev, previous, s->device);
     RCC_INFO("teardown: the GPU work given up on has %s", done ? "run" : "not run");
     return done;

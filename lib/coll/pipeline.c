@@ -781,25 +781,8 @@ check:;
     return RCC_SUCCESS;
 }
 
-/* Waits (within PIPE_QUIESCE_NS) for the work queued on `stream` so far;
- * 0 when it did not end. */
+/* How long a failed device operation waits for its stream (pipe_quiesce). */
 #define PIPE_QUIESCE_NS (5ll * 1000000000)
-static int pipe_stream_drain(const rcci_devapi_t *dev, void *stream)
-{
-    void *ev = NULL;
-    int done = 0;
-    if (dev->event_create(&ev) != RCC_SUCCESS)
-        return 0;
-    if (dev->event_record(ev, stream) == RCC_SUCCESS) {
-        int64_t deadline = rcci_now_ns() + PIPE_QUIESCE_NS;
-        while (!done && rcci_now_ns() < deadline && dev->event_query(ev, &done) == RCC_SUCCESS)
-            if (!done)
-                nanosleep(&(struct timespec){0, 50000}, NULL);
-    }
-    if (done) /* a pending one stays: the stream may still store it */
-        dev->event_destroy(ev);
-    return done;
-}
 
 /* A device operation that failed may still have copies in flight, the
  * device ring's into its slots and outputs, and work on its stream that
@@ -828,7 +811,7 @@ static int pipe_device_quiesce(struct rcc_comm *comm, rcci_exec_t *x)
     for (int i = 0; i < 2; i++)
         if (links[i] && links[i]->conns[0])
             links[i]->tr->notify(links[i]->conns[0], res, text);
-    int drained = pipe_stream_drain(x->dev, x->dstream);
+    int drained = rcci_stream_drain(x->dev, x->dstream, rcci_now_ns() + PIPE_QUIESCE_NS);
     for (int i = 0; i < 2 && drained; i++)
         if (links[i] && links[i]->conns[0]) {
             links[i]->tr->close(links[i]->conns[0]);

@@ -238,24 +238,12 @@ static void cipc_sweep_listener(rcci_listener_t *l) { CTRL->sweep_listener(l->ct
 
 /* ---- connections ------------------------------------------------------- */
 
-/* Waits for a queued copy to finish, within CIPC_DRAIN_NS; 0 when it did not, or when that
- * cannot be known (no event): the memory then stays mapped. */
+/* Waits for a connection's queued copies to finish, within CIPC_DRAIN_NS;
+ * 0 when they did not, or when that cannot be known: the memory then stays
+ * mapped. */
 static int cipc_drain(const rcci_devapi_t *dev, void *stream)
 {
-    void *ev = NULL;
-    int done = 0;
-    if (!stream)
-        return 1;
-    if (dev->event_create(&ev) != RCC_SUCCESS)
-        return 0;
-    if (dev->event_record(ev, stream) == RCC_SUCCESS) {
-        int64_t deadline = rcci_now_ns() + CIPC_DRAIN_NS;
-        while (!done && rcci_now_ns() < deadline && dev->event_query(ev, &done) == RCC_SUCCESS)
-            if (!done)
-                usleep(50);
-    }
-    dev->event_destroy(ev);
-    return done;
+    return !stream || rcci_stream_drain(dev, stream, rcci_now_ns() + CIPC_DRAIN_NS);
 }
 
 static void cipc_free_conn(rcci_conn_t *c)
